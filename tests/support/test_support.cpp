@@ -19,11 +19,9 @@ bool is_dir(const std::string& p) {
 }  // namespace
 
 std::string data_root() {
-  for (const char* var : {"OSCAR_TEST_DATA", "OSCAR_TEST_DATA_DEFAULT"}) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && *v != '\0' && is_dir(v)) return v;
-  }
-  return "";
+  const char* v = std::getenv("OSCAR_TEST_DATA");
+  if (v != nullptr && *v != '\0') return is_dir(v) ? v : "";
+  return is_dir(OSCAR_TEST_DATA_DEFAULT) ? OSCAR_TEST_DATA_DEFAULT : "";
 }
 
 std::string model_dir(const std::string& name) {

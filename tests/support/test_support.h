@@ -8,7 +8,7 @@
 namespace oscar::test {
 
 // Root of the shared data tree (models/, datasets/): $OSCAR_TEST_DATA, else the build's default
-// (../shared beside the checkout). Empty when neither exists.
+// (../shared beside the checkout). Empty when the chosen one does not exist.
 std::string data_root();
 
 // Path of a shared model directory, or "" when it is absent.
