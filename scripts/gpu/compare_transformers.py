@@ -59,7 +59,10 @@ def random_models(root):
 
 def hf_logits(model_dir, ids, dtype, device):
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    # Eager attention on CPU: the most exact reference there (its SDPA kernel is less precise).
+    attn = "eager" if device == "cpu" else "sdpa"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype,
+                                                 attn_implementation=attn).to(device).eval()
     with torch.inference_mode():
         out = model(torch.tensor(ids, device=device)).logits.float().cpu().numpy()
     del model
