@@ -82,6 +82,7 @@ int run(const Options& o) {
   } else if (o.dtype != "auto") {
     load.dtype = oscar::parse_dtype_name(o.dtype);
   }
+  OSCAR_CHECK(oscar::is_directory(o.model_dir), "model directory '{}' does not exist", o.model_dir);
   const std::string tokenizer_path = oscar::join_path(o.model_dir, "tokenizer.json");
   OSCAR_CHECK(oscar::file_exists(tokenizer_path), "no tokenizer.json in '{}'", o.model_dir);
   auto tokenizer = oscar::Tokenizer::from_file(tokenizer_path);

@@ -249,6 +249,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 }
 
 ModelConfig load_model_config(const std::string& model_dir) {
+  OSCAR_CHECK(is_directory(model_dir), "model directory '{}' does not exist", model_dir);
   const std::string path = join_path(model_dir, "config.json");
   OSCAR_CHECK(file_exists(path), "no config.json in '{}' (expected a Hugging Face model directory)",
               model_dir);

@@ -94,7 +94,6 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
   return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
 }
 
-
 }  // namespace
 
 double NllSum::perplexity() const {

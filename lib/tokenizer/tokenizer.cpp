@@ -113,6 +113,24 @@ struct Split {
 
 enum class Direction { kLeft, kRight };
 
+// Nesting depth of a JSON value, computed without recursion: component factories recurse into
+// Sequence members, so absurdly deep files are refused before they could exhaust the stack.
+std::size_t json_depth(const Json& root) {
+  std::size_t max_depth = 0;
+  std::vector<std::pair<const Json*, std::size_t>> stack = {{&root, 1}};
+  while (!stack.empty()) {
+    auto [j, d] = stack.back();
+    stack.pop_back();
+    max_depth = std::max(max_depth, d);
+    if (j->is_structured()) {
+      for (const Json& child : *j) stack.emplace_back(&child, d + 1);
+    }
+  }
+  return max_depth;
+}
+
+constexpr std::size_t kMaxComponentDepth = 64;
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -168,6 +186,12 @@ void Tokenizer::Impl::load(const Json& root) {
   if (model_type != "BPE") {
     tok::config_fail(
         origin, fmt::format("unsupported model type '{}' (only BPE is supported)", model_type));
+  }
+  for (const char* key : {"normalizer", "pre_tokenizer", "post_processor", "decoder"}) {
+    auto it = root.find(key);
+    if (it != root.end() && json_depth(*it) > kMaxComponentDepth) {
+      tok::config_fail(origin, fmt::format("'{}' is nested too deeply", key));
+    }
   }
   normalizer = tok::make_normalizer(root.value("normalizer", Json()), origin);
   pre_tokenizer = tok::make_pre_tokenizer(root.value("pre_tokenizer", Json()), origin);

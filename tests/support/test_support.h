@@ -35,9 +35,9 @@ class TempDir {
 }  // namespace oscar::test
 
 // Skips the current test (visibly) when a shared model is absent.
-#define OSCAR_REQUIRE_MODEL(var, name)                                                    \
-  const std::string var = ::oscar::test::model_dir(name);                                 \
-  if (var.empty()) {                                                                      \
+#define OSCAR_REQUIRE_MODEL(var, name)                                                     \
+  const std::string var = ::oscar::test::model_dir(name);                                  \
+  if (var.empty()) {                                                                       \
     GTEST_SKIP() << "model '" << name << "' not found (set OSCAR_TEST_DATA to the shared " \
-                 << "data tree)";                                                         \
+                 << "data tree)";                                                          \
   }

@@ -24,9 +24,9 @@ template <typename... Args>
 }  // namespace oscar
 
 // Throws oscar::Error with a formatted message when `cond` is false.
-#define OSCAR_CHECK(cond, ...)     \
-  do {                             \
-    if (!(cond)) {                 \
-      ::oscar::fail(__VA_ARGS__);  \
-    }                              \
+#define OSCAR_CHECK(cond, ...)    \
+  do {                            \
+    if (!(cond)) {                \
+      ::oscar::fail(__VA_ARGS__); \
+    }                             \
   } while (0)

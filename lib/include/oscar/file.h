@@ -8,8 +8,8 @@
 
 namespace oscar {
 
-// A read-only memory map of a whole file. Pages are loaded on demand, so large checkpoints are never
-// copied into memory as a whole. Movable, not copyable.
+// A read-only memory map of a whole file. Pages are loaded on demand, so large checkpoints are
+// never copied into memory as a whole. Movable, not copyable.
 class MappedFile {
  public:
   MappedFile() = default;
@@ -34,11 +34,13 @@ class MappedFile {
 // Reads a whole file; throws oscar::Error naming the path when it cannot.
 std::string read_file(const std::string& path);
 
-// Writes `bytes` to `path` atomically: a temporary file in the same directory is written, flushed to
-// disk and renamed over `path`, so readers never see a partial file and a failed write leaves none.
+// Writes `bytes` to `path` atomically: a temporary file in the same directory is written, flushed
+// to disk and renamed over `path`, so readers never see a partial file and a failed write leaves
+// none.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
 bool file_exists(const std::string& path);
+bool is_directory(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);
 
 }  // namespace oscar

@@ -13,9 +13,9 @@
 namespace oscar {
 
 // What one attention layer saw and produced in a forward pass. All tensors are [B, T, H, d] in the
-// compute dtype: q after q_norm (if any) and RoPE; k likewise; v as projected; `out` is the per-head
-// attention output O = softmax(q k^T / sqrt(d) + causal mask) v, before o_proj. With GQA, query head
-// h reads KV head h / (num_heads / num_kv_heads).
+// compute dtype: q after q_norm (if any) and RoPE; k likewise; v as projected; `out` is the
+// per-head attention output O = softmax(q k^T / sqrt(d) + causal mask) v, before o_proj. With GQA,
+// query head h reads KV head h / (num_heads / num_kv_heads).
 struct AttentionRecord {
   std::int64_t layer = 0;
   std::int64_t start_position = 0;  // absolute position of token 0 of this forward
@@ -59,7 +59,7 @@ struct ForwardOptions {
   AttentionObserver* observer = nullptr;  // notified per layer
   AttentionBackend* attention = nullptr;  // replaces causal_attention when set
   std::int64_t start_position = 0;        // RoPE position of the first token
-  bool check_finite = true;  // raise oscar::Error on NaN/Inf activations
+  bool check_finite = true;               // raise oscar::Error on NaN/Inf activations
 };
 
 // Sum of next-token negative log-likelihoods and the number of predictions scored.
@@ -87,7 +87,8 @@ class Model {
   torch::Tensor forward(const torch::Tensor& tokens, const ForwardOptions& options = {}) const;
 
   // Final hidden states [B, T, hidden] (after the last RMSNorm), in the compute dtype.
-  torch::Tensor hidden_states(const torch::Tensor& tokens, const ForwardOptions& options = {}) const;
+  torch::Tensor hidden_states(const torch::Tensor& tokens,
+                              const ForwardOptions& options = {}) const;
 
   // Scores next-token predictions of each row of `tokens` [B, T]: positions 0..T-2 predict 1..T-1.
   // Computed in fp32 from the logits, chunked so that B x T x V is never all held at once.
@@ -98,11 +99,12 @@ class Model {
     torch::Tensor input_norm, post_norm;
     torch::Tensor qkv_weight, qkv_bias;  // q, k, v projections fused: [(Hq + 2 Hkv) d, hidden]
     torch::Tensor o_weight, o_bias;
-    torch::Tensor q_norm, k_norm;  // Qwen3
+    torch::Tensor q_norm, k_norm;                // Qwen3
     torch::Tensor gate_up_weight, gate_up_bias;  // gate and up fused: [2 I, hidden]
     torch::Tensor down_weight, down_bias;
   };
-  std::pair<torch::Tensor, torch::Tensor> rope_tables(std::int64_t start, std::int64_t length) const;
+  std::pair<torch::Tensor, torch::Tensor> rope_tables(std::int64_t start,
+                                                      std::int64_t length) const;
 
   ModelConfig config_;
   std::string dir_;

@@ -15,10 +15,26 @@ namespace oscar {
 
 // Element types of the safetensors format. Reading accepts all of them; what a consumer can use is
 // its own business (the model loader takes F32, F16 and BF16 and names anything else in its error).
-enum class DType { BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64, F8_E4M3, F8_E5M2 };
+enum class DType {
+  BOOL,
+  U8,
+  I8,
+  I16,
+  U16,
+  F16,
+  BF16,
+  I32,
+  U32,
+  F32,
+  F64,
+  I64,
+  U64,
+  F8_E4M3,
+  F8_E5M2
+};
 
 std::size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // the format's spelling: "F32", "BF16", ...
+const char* dtype_name(DType dtype);       // the format's spelling: "F32", "BF16", ...
 DType parse_dtype(std::string_view name);  // throws oscar::Error on an unknown name
 
 struct TensorInfo {
@@ -33,16 +49,17 @@ struct TensorInfo {
 
 // The parsed, validated header of a safetensors file.
 struct SafetensorsHeader {
-  std::vector<TensorInfo> tensors;  // in order of their data offsets
+  std::vector<TensorInfo> tensors;              // in order of their data offsets
   std::map<std::string, std::string> metadata;  // the optional "__metadata__" string map
-  std::uint64_t header_size = 0;  // N, the length of the JSON header
-  std::uint64_t data_size = 0;    // bytes of the data section
+  std::uint64_t header_size = 0;                // N, the length of the JSON header
+  std::uint64_t data_size = 0;                  // bytes of the data section
 };
 
 // Parses and validates a safetensors header from the first bytes of a file of `file_size` bytes.
 // Checks: 8-byte length prefix within the file, well-formed JSON object, known dtypes, non-negative
 // shapes, begin <= end, sizes equal to dtype size x element count, offsets inside the data section,
-// no overlaps and no holes. Errors name `origin` (a path) and the tensor. Never reads out of bounds.
+// no overlaps and no holes. Errors name `origin` (a path) and the tensor. Never reads out of
+// bounds.
 SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::size_t file_size,
                                            const std::string& origin);
 
@@ -54,8 +71,8 @@ class SafetensorsFile {
   const std::string& path() const { return map_.path(); }
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
-  const TensorInfo* find(std::string_view name) const;  // nullptr when absent
-  const TensorInfo& at(std::string_view name) const;    // throws, naming the file and tensor
+  const TensorInfo* find(std::string_view name) const;     // nullptr when absent
+  const TensorInfo& at(std::string_view name) const;       // throws, naming the file and tensor
   const std::uint8_t* data(const TensorInfo& info) const;  // pointer into the mapping
   std::string_view header_json() const;  // the raw JSON header bytes (for identity hashes)
 
@@ -66,8 +83,8 @@ class SafetensorsFile {
 };
 
 // The weights of a Hugging Face model directory: `model.safetensors`, or the shards listed in
-// `model.safetensors.index.json` (every shard validated, every indexed tensor present where the index
-// says it is, no tensor in two shards).
+// `model.safetensors.index.json` (every shard validated, every indexed tensor present where the
+// index says it is, no tensor in two shards).
 class Checkpoint {
  public:
   static Checkpoint open(const std::string& model_dir);

@@ -14,9 +14,9 @@ namespace oscar {
 // (Sequence, Prepend, Replace, NFC/NFD/NFKC/NFKD, Lowercase, Strip), pre-tokenizers (Sequence,
 // ByteLevel with the GPT-2 regex, Split with Unicode-aware regexes such as the Llama-3 and Qwen2
 // patterns, Metaspace, Digits, Whitespace, WhitespaceSplit, Punctuation), the BPE model (merges as
-// "a b" strings or [a, b] pairs, byte fallback, unk, continuing-subword prefix, end-of-word suffix),
-// post-processors (TemplateProcessing, ByteLevel, Sequence) and decoders. Component types it does not
-// know are rejected at load time with an error naming the type.
+// "a b" strings or [a, b] pairs, byte fallback, unk, continuing-subword prefix, end-of-word
+// suffix), post-processors (TemplateProcessing, ByteLevel, Sequence) and decoders. Component types
+// it does not know are rejected at load time with an error naming the type.
 class Tokenizer {
  public:
   static Tokenizer from_file(const std::string& path);  // a tokenizer.json
@@ -27,7 +27,8 @@ class Tokenizer {
   ~Tokenizer();
 
   // `add_special_tokens` applies the post-processor's template (e.g. a leading BOS), as
-  // `tokenizers`' encode(text, add_special_tokens=True) does.
+  // `tokenizers`' encode(text, add_special_tokens=True) does. Ill-formed UTF-8 in `text` is first
+  // replaced by U+FFFD as Rust's String::from_utf8_lossy does. encode and decode are thread-safe.
   std::vector<std::int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
   std::string decode(const std::vector<std::int32_t>& ids, bool skip_special_tokens = true) const;
 
