@@ -21,8 +21,7 @@ std::vector<std::string> split_paragraphs(std::string_view text) {
   std::vector<std::string> out;
   std::string current;
   auto flush = [&]() {
-    auto t = trim(current);
-    if (!t.empty()) out.emplace_back(t);
+    if (!current.empty()) out.push_back(std::move(current));
     current.clear();
   };
   std::size_t pos = 0;
@@ -30,6 +29,7 @@ std::vector<std::string> split_paragraphs(std::string_view text) {
     std::size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
     std::string_view line = text.substr(pos, end - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (trim(line).empty()) {
       flush();
     } else {
