@@ -1,11 +1,12 @@
 // Implementation of the shared test helpers.
 #include "test_support.h"
 
+#include <dirent.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 
 namespace oscar::test {
 
@@ -35,21 +36,26 @@ std::string dataset_path(const std::string& name) {
   std::string root = data_root();
   if (root.empty()) return "";
   std::string p = root + "/datasets/" + name;
-  return std::filesystem::exists(p) ? p : "";
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 ? p : "";
 }
 
 std::string source_dir() { return OSCAR_TEST_SOURCE_DIR; }
 
 TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "oscar-test-XXXXXX").string();
+  // POSIX calls rather than std::filesystem: some LibTorch builds carry their own copy of
+  // libstdc++'s filesystem symbols, and mixing the two crashes.
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/oscar-test-XXXXXX";
   char* p = ::mkdtemp(tmpl.data());
   if (p == nullptr) throw std::runtime_error("mkdtemp failed");
   path_ = p;
 }
 
 TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  auto remove = [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); };
+  ::nftw(path_.c_str(), remove, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 }  // namespace oscar::test
