@@ -110,13 +110,7 @@ torch::Tensor reference_logits(const std::string& dir, const std::vector<std::in
   Checkpoint ck = Checkpoint::open(dir);
   auto W = [&](const std::string& name) -> torch::Tensor {
     if (!ck.contains(name)) return {};
-    const auto& info = ck.info(name);
-    auto dt = info.dtype == DType::BF16  ? torch::kBFloat16
-              : info.dtype == DType::F16 ? torch::kFloat16
-                                         : torch::kFloat32;
-    auto t = torch::empty(info.shape, dt);
-    std::memcpy(t.data_ptr(), ck.data(name), info.nbytes());
-    return t.to(torch::kFloat64);
+    return read_checkpoint_tensor(ck, name).to(torch::kFloat64);
   };
   const std::int64_t L = cfg["num_hidden_layers"], Hq = cfg["num_attention_heads"],
                      Hkv = cfg["num_key_value_heads"], d = cfg["head_dim"];

@@ -25,17 +25,9 @@ class PlainForward {
   PlainForward(const std::string& dir, torch::ScalarType dtype, torch::Device device)
       : config_(oscar::load_model_config(dir)), dtype_(dtype), device_(device) {
     oscar::Checkpoint ck = oscar::Checkpoint::open(dir);
-    auto W = [&](const std::string& name) -> torch::Tensor {
-      if (!ck.contains(name)) return {};
-      const auto& info = ck.info(name);
-      auto dt = info.dtype == oscar::DType::BF16  ? torch::kBFloat16
-                : info.dtype == oscar::DType::F16 ? torch::kFloat16
-                                                  : torch::kFloat32;
-      auto t = torch::empty(info.shape, dt);
-      std::memcpy(t.data_ptr(), ck.data(name), info.nbytes());
-      return t.to(device_, dtype_);
-    };
-    for (const auto& name : ck.tensor_names()) weights_[name] = W(name);
+    for (const auto& name : ck.tensor_names()) {
+      weights_[name] = oscar::read_checkpoint_tensor(ck, name).to(device_, dtype_);
+    }
     inv_freq_ = oscar::rope_inverse_frequencies(config_).first.to(device_);
   }
 

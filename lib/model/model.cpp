@@ -47,13 +47,8 @@ class WeightReader {
                 "{}: tensor '{}' has shape {} but config.json implies {} (model and config do not "
                 "match)",
                 file, name, shape_string(info.shape), shape_string(expected));
-    auto stored = to_torch_dtype(info.dtype, name, file);
-    // Copy out of the read-only mapping (the tensor must own its memory; mmap offsets need not be
-    // aligned for the element type), then convert.
-    auto host = torch::empty(info.shape, torch::TensorOptions().dtype(stored));
-    std::memcpy(host.data_ptr(), checkpoint_.data(name), info.nbytes());
     bytes_ += info.nbytes();
-    return host.to(device_, dtype_);
+    return read_checkpoint_tensor(checkpoint_, name).to(device_, dtype_);
   }
 
   std::optional<torch::Tensor> get_optional(const std::string& name,
@@ -95,6 +90,16 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch
 }
 
 }  // namespace
+
+torch::Tensor read_checkpoint_tensor(const Checkpoint& checkpoint, const std::string& name) {
+  const TensorInfo& info = checkpoint.info(name);
+  auto dtype = to_torch_dtype(info.dtype, name, checkpoint.file_of(name).path());
+  // Copied out of the read-only mapping: the tensor must own its memory, and mmap offsets need not
+  // be aligned for the element type.
+  auto host = torch::empty(info.shape, torch::TensorOptions().dtype(dtype));
+  std::memcpy(host.data_ptr(), checkpoint.data(name), info.nbytes());
+  return host;
+}
 
 double NllSum::perplexity() const {
   return count > 0 ? std::exp(nll / static_cast<double>(count)) : std::nan("");

@@ -121,6 +121,12 @@ class Model {
 // rope type) and the cos/sin scale (yarn's attention factor; 1 otherwise).
 std::pair<torch::Tensor, double> rope_inverse_frequencies(const ModelConfig& config);
 
+class Checkpoint;
+
+// Copies one F32/F16/BF16 tensor out of a checkpoint into an owned CPU tensor of its stored dtype;
+// other dtypes raise an error naming the tensor, its file and its dtype.
+torch::Tensor read_checkpoint_tensor(const Checkpoint& checkpoint, const std::string& name);
+
 // Parses "f32" | "float32" | "bf16" | "bfloat16" | "f16" | "float16"; throws on anything else.
 torch::ScalarType parse_dtype_name(const std::string& name);
 std::string dtype_short_name(torch::ScalarType dtype);
