@@ -1,5 +1,4 @@
-// Plain-text corpus helpers shared by the apps: paragraph splitting as the evaluation scripts do
-// it.
+// Plain-text corpus helpers shared by the apps (paragraph splitting).
 #pragma once
 
 #include <string>
