@@ -5,23 +5,7 @@ set -uo pipefail
 build=$1
 data=${OSCAR_TEST_DATA:-$2}
 run=$build/apps/oscar-run
-fails=0
-pass=0
-
-# expect_fail NAME PATTERN CMD...: the command must exit non-zero with PATTERN on stderr in one line.
-expect_fail() {
-  local name=$1 pattern=$2
-  shift 2
-  local err
-  err=$("$@" 2>&1 >/dev/null)
-  local rc=$?
-  if [ $rc -ne 0 ] && grep -q -- "$pattern" <<<"$err" && [ "$(wc -l <<<"$err")" -le 2 ]; then
-    pass=$((pass + 1))
-  else
-    echo "FAIL $name: rc=$rc stderr: $err"
-    fails=$((fails + 1))
-  fi
-}
+source "$(dirname "$0")/common.sh"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
