@@ -47,7 +47,7 @@ torch::Tensor random_spd(std::int64_t batch, std::int64_t d, std::uint64_t seed,
 torch::Tensor with_spectrum(const torch::Tensor& values /* [B, d] */, std::uint64_t seed) {
   torch::manual_seed(seed);
   const auto b = values.size(0), d = values.size(1);
-  auto q = std::get<0>(torch::linalg::qr(torch::randn({b, d, d}, f64())));
+  auto q = std::get<0>(torch::linalg_qr(torch::randn({b, d, d}, f64())));
   return torch::matmul(q * values.unsqueeze(1), q.transpose(1, 2));
 }
 

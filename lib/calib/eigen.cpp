@@ -53,7 +53,7 @@ torch::Tensor symmetrized(const torch::Tensor& matrices) {
 }
 
 SymmetricEigen torch_eigh(const torch::Tensor& sym) {
-  auto [values, vectors] = torch::linalg::eigh(sym, "L");
+  auto [values, vectors] = torch::linalg_eigh(sym, "L");
   return {values, vectors};
 }
 
