@@ -366,3 +366,37 @@ TEST(CalibrationData, ReadsTextJsonlAndIds) {
   }
   EXPECT_THROW(load_calibration_data(dir.file("nope.txt"), tokenizer, o), Error);
 }
+
+TEST(CalibrationReal, Stories260KBundleEigenvaluesEqualDirectEigendecomposition) {
+  OSCAR_REQUIRE_MODEL(dir, "stories260K");
+  const Model model = Model::load(dir);
+  const auto& c = model.config();
+  const auto tokenizer = Tokenizer::from_file(join_path(dir, "tokenizer.json"));
+  DataOptions o;
+  o.seq_len = 128;
+  o.tokens = 512;
+  o.bos_token = 1;
+  const auto data = load_calibration_data(
+      join_path(test::source_dir(), "../datasets/oscar-stories-v1.txt"), tokenizer, o);
+  Capture capture(c.num_layers);
+  KvStatistics s(c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, torch::kCPU);
+  Tee tee;
+  tee.targets = {&capture, &s};
+  ForwardOptions f;
+  f.observer = &tee;
+  for (const auto& seq : data.sequences) {
+    model.hidden_states(torch::tensor(seq, torch::kInt64).unsqueeze(0), f);
+  }
+  const RotationResult r = compute_rotations(s, RotationOptions{});
+  const std::int64_t g = c.num_heads / c.num_kv_heads;
+  for (std::int64_t l = 0; l < c.num_layers; ++l) {
+    for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
+      const auto cq = direct_group_moment(capture.all(l, &AttentionRecord::q), h, g);
+      const auto cs = direct_group_moment(capture.all(l, &AttentionRecord::out), h, g);
+      EXPECT_LT(rel_diff(r.k_eigenvalues[l][h], std::get<0>(torch::linalg_eigh(cq)).flip(0)),
+                kEigenTol);
+      EXPECT_LT(rel_diff(r.v_eigenvalues[l][h], std::get<0>(torch::linalg_eigh(cs)).flip(0)),
+                kEigenTol);
+    }
+  }
+}
