@@ -162,3 +162,33 @@ TEST(Passkey, TrialsPlantAndQueryTheKey) {
   }
   EXPECT_THROW(make_passkey_trials(filler, marker, keys, 12, 10, 1), Error);
 }
+
+TEST(ClipSearch, ChoosesRatiosFromTheGridPerHead) {
+  test::TinyModelSpec spec;
+  spec.head_dim = 16;
+  spec.hidden = 64;
+  test::TempDir dir;
+  test::write_tiny_model(dir.path(), spec);
+  const Model model = Model::load(dir.path());
+  const auto& c = model.config();
+  KvStatistics stats(c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, torch::kCPU);
+  ClipSearch search(c.num_layers, c.num_heads, c.num_kv_heads, {2, 4}, 0, int2::ScaleDType::kBF16);
+  torch::manual_seed(9);
+  ForwardOptions f;
+  f.observer = &stats;
+  model.hidden_states(torch::randint(0, spec.vocab, {4, 48}, torch::kInt64), f);
+  f.observer = &search;
+  model.hidden_states(torch::randint(0, spec.vocab, {1, 48}, torch::kInt64), f);
+  RotationResult r = compute_rotations(stats, RotationOptions{});
+  const std::vector<double> grid = {0.8, 0.9, 1.0};
+  search.search(r, RotationOptions{}, grid);
+  for (const HeadSummary& h : r.heads) {
+    EXPECT_NE(std::find(grid.begin(), grid.end(), h.k_clip), grid.end());
+    EXPECT_NE(std::find(grid.begin(), grid.end(), h.v_clip), grid.end());
+  }
+  // A one-point grid is the fixed clip.
+  search.search(r, RotationOptions{}, {1.0});
+  for (const HeadSummary& h : r.heads) EXPECT_EQ(h.k_clip, 1.0);
+  ClipSearch empty(c.num_layers, c.num_heads, c.num_kv_heads, {2, 4}, 0, int2::ScaleDType::kBF16);
+  EXPECT_THROW(empty.search(r, RotationOptions{}, grid), Error);
+}

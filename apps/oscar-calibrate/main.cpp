@@ -18,6 +18,7 @@
 #include "oscar/calibrate.h"
 #include "oscar/calibration_data.h"
 #include "oscar/error.h"
+#include "oscar/evaluation.h"
 #include "oscar/file.h"
 #include "oscar/model.h"
 #include "oscar/progress.h"
@@ -39,7 +40,8 @@ struct Options {
   std::uint64_t seed = 0;
   std::string device = "auto", dtype = "auto";
   std::string value_objective = "attn", grouping = "head", composition = "r_h_pbr";
-  bool center_keys = false;
+  bool center_keys = false, clip_search = false;
+  std::int64_t clip_holdback = 2048;
   double clip_k = 0.96, clip_v = 0.92;
   std::int64_t group_size = 0, sink = 64, recent = 256;
   std::string scale_dtype = "bf16", eigen = "auto";
@@ -203,6 +205,7 @@ int run(Options o) {
   provenance.shard_count = shard_count;
 
   std::optional<oscar::KvStatistics> stats;
+  std::optional<oscar::ClipSearch> clip_search;
   std::int64_t tokens_used = 0;
   if (!o.merge_stats.empty()) {
     // Combine shards computed elsewhere; no data pass for the main statistics.
@@ -231,6 +234,8 @@ int run(Options o) {
         }
       }
     }
+    OSCAR_CHECK(!o.clip_search,
+                "--clip-search needs the data and the model: not with --merge-stats");
     OSCAR_CHECK(rot.value_objective == oscar::ValueObjective::kAttn,
                 "--merge-stats supports --value-objective attn only (the key-weighted proxy "
                 "needs a pass over the data with the merged C_Q)");
@@ -256,12 +261,17 @@ int run(Options o) {
     data_options.seq_len =
         o.seq_len > 0 ? o.seq_len : std::min<std::int64_t>(config.max_position_embeddings, 2048);
     data_options.tokens = o.tokens * shard_count;  // every shard gets --tokens
+    // --clip-search holds the last sequences back from the statistics to choose clip ratios on.
+    const std::int64_t holdback =
+        o.clip_search ? (o.clip_holdback + data_options.seq_len - 1) / data_options.seq_len : 0;
+    data_options.tokens += holdback * data_options.seq_len;
     data_options.seed = o.seed;
     if (config.bos_token_id)
       data_options.bos_token = static_cast<std::int32_t>(*config.bos_token_id);
     const auto data = oscar::load_calibration_data(o.data_path, tokenizer, data_options);
     std::vector<std::size_t> selected;
-    for (std::size_t i = 0; i < data.sequences.size(); ++i) {
+    const std::size_t stats_sequences = data.sequences.size() - static_cast<std::size_t>(holdback);
+    for (std::size_t i = 0; i < stats_sequences; ++i) {
       if (static_cast<std::int64_t>(i) % shard_count == shard_index) selected.push_back(i);
     }
     provenance.dataset_name = data.name;
@@ -305,6 +315,16 @@ int run(Options o) {
     }
     tokens_used = stats->main_tokens();
     if (!o.save_stats.empty()) stats->save(o.save_stats, provenance);
+    if (o.clip_search) {
+      clip_search.emplace(config.num_layers, config.num_heads, config.num_kv_heads,
+                          oscar::WindowParams{o.sink, o.recent}, o.group_size,
+                          oscar::int2::parse_scale_dtype(o.scale_dtype));
+      oscar::ForwardOptions f;
+      f.observer = &*clip_search;
+      for (std::size_t i = stats_sequences; i < data.sequences.size(); ++i) {
+        model.hidden_states(torch::tensor(data.sequences[i], torch::kInt64).unsqueeze(0), f);
+      }
+    }
   }
 
   nlohmann::json report = {{"model", o.model_dir},
@@ -313,7 +333,8 @@ int run(Options o) {
                            {"device", device.str()}};
   if (!o.out_path.empty()) {
     const auto te = std::chrono::steady_clock::now();
-    const auto rotations = oscar::compute_rotations(*stats, rot);
+    auto rotations = oscar::compute_rotations(*stats, rot);
+    if (clip_search) clip_search->search(rotations, rot, oscar::default_clip_grid());
     const double eigen_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
     oscar::QuantizationParams quant;
@@ -328,6 +349,7 @@ int run(Options o) {
     cal.seq_len = provenance.seq_len;
     cal.seed = provenance.seed;
     cal.device = device.is_cuda() ? "cuda" : "cpu";
+    cal.clip_method = clip_search ? "search" : "fixed";
     auto bundle = oscar::make_bundle(rotations, rot, identity, quant, cal);
     bundle.created = utc_now();
     oscar::write_bundle(o.out_path, bundle);
@@ -418,6 +440,12 @@ int main(int argc, char** argv) {
   app.add_flag("--center-keys", o.center_keys, "Store per-head key means for key centring");
   app.add_option("--clip-k", o.clip_k, "Key clip ratio")->default_val(0.96);
   app.add_option("--clip-v", o.clip_v, "Value clip ratio")->default_val(0.92);
+  app.add_flag("--clip-search", o.clip_search,
+               "Choose K/V clip ratios per layer and head (grid 0.80..1.00) by the attention-aware "
+               "error on held-back calibration tokens");
+  app.add_option("--clip-holdback", o.clip_holdback,
+                 "Tokens held back from the statistics for --clip-search")
+      ->default_val(2048);
   app.add_option("--group-size", o.group_size, "Quantization group size (0: head_dim)")
       ->default_val(0);
   app.add_option("--sink", o.sink, "BF16 sink tokens S0 recorded in the bundle")->default_val(64);

@@ -45,6 +45,11 @@ assert len(report["heads"]) == 5 * 4
 PY
 check reproducible $?
 
+# Clip search: per-head ratios from the grid, recorded as such in the manifest.
+$calibrate "${common[@]}" --clip-search --sink 4 --recent 32 --out "$tmp/search.safetensors" \
+  >/dev/null && $bundle inspect --json "$tmp/search.safetensors" | grep -q '"clip_method": "search"'
+check clip-search $?
+
 # Bad input: clear errors and no output file.
 expect_fail unwritable "not exist" $calibrate "${common[@]}" --out "$tmp/no/dir/b.safetensors"
 expect_fail too-few-tokens "full-rank" $calibrate --model "$model" --seq-len 4 --tokens 4 \
