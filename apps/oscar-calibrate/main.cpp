@@ -40,7 +40,7 @@ struct Options {
   std::uint64_t seed = 0;
   std::string device = "auto", dtype = "auto";
   std::string value_objective = "attn", grouping = "head", composition = "r_h_pbr";
-  bool center_keys = false, clip_search = false;
+  bool center_keys = false, center_values = false, clip_search = false;
   std::int64_t clip_holdback = 2048;
   double clip_k = 0.96, clip_v = 0.92;
   std::int64_t group_size = 0, sink = 64, recent = 256;
@@ -183,6 +183,7 @@ int run(Options o) {
   rot.value_objective = oscar::parse_value_objective(o.value_objective);
   rot.composition = oscar::parse_composition(o.composition);
   rot.center_keys = o.center_keys;
+  rot.center_values = o.center_values;
   rot.clip_k = o.clip_k;
   rot.clip_v = o.clip_v;
   rot.eigen_backend = oscar::parse_eigen_backend(o.eigen);
@@ -438,6 +439,8 @@ int main(int argc, char** argv) {
   app.add_option("--composition", o.composition, "R = r_h_pbr (U H P), r, r_h or h")
       ->default_val("r_h_pbr");
   app.add_flag("--center-keys", o.center_keys, "Store per-head key means for key centring");
+  app.add_flag("--center-values", o.center_values,
+               "Store per-head value means for value centring (exact: softmax rows sum to 1)");
   app.add_option("--clip-k", o.clip_k, "Key clip ratio")->default_val(0.96);
   app.add_option("--clip-v", o.clip_v, "Value clip ratio")->default_val(0.92);
   app.add_flag("--clip-search", o.clip_search,

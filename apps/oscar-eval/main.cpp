@@ -68,6 +68,8 @@ oscar::RotationOptions rotation_options(const std::string& name, const Options& 
       r.value_objective = oscar::ValueObjective::kKeyWeight;
     } else if (part == "center") {
       r.center_keys = true;
+    } else if (part == "vcenter") {
+      r.center_values = true;
     } else if (part == "noclip") {
       r.clip_k = r.clip_v = 1.0;
     } else if (part == "search") {
@@ -76,7 +78,8 @@ oscar::RotationOptions rotation_options(const std::string& name, const Options& 
       r.composition = oscar::parse_composition(part);
     } else {
       oscar::fail(
-          "unknown oscar variant '+{}' in '{}' (layer, keyweight, center, noclip, search, r, r_h, "
+          "unknown oscar variant '+{}' in '{}' (layer, keyweight, center, vcenter, noclip, search, "
+          "r, r_h, "
           "h)",
           part, name);
     }

@@ -134,6 +134,7 @@ std::vector<TensorSlot> tensor_slots(const Bundle& b) {
     slots.push_back({prefix + "k_clip", {h}, &layer.k_clip});
     slots.push_back({prefix + "v_clip", {h}, &layer.v_clip});
     if (!layer.k_mean.empty()) slots.push_back({prefix + "k_mean", {h, d}, &layer.k_mean});
+    if (!layer.v_mean.empty()) slots.push_back({prefix + "v_mean", {h, d}, &layer.v_mean});
   }
   return slots;
 }
@@ -181,6 +182,7 @@ json manifest_to_json(const Bundle& b) {
         {"value_objective", c.value_objective},
         {"composition", c.composition},
         {"center_keys", c.center_keys},
+        {"center_values", c.center_values},
         {"clip_method", c.clip_method},
         {"eigen_backend", c.eigen_backend},
         {"device", c.device}}},
@@ -239,6 +241,7 @@ Bundle manifest_from_json(const std::string& text, const std::string& origin) {
   b.calibration.value_objective = r.string(c, "value_objective");
   b.calibration.composition = r.string(c, "composition");
   b.calibration.center_keys = r.boolean(c, "center_keys");
+  b.calibration.center_values = r.boolean(c, "center_values");
   b.calibration.clip_method = r.string(c, "clip_method");
   b.calibration.eigen_backend = r.string(c, "eigen_backend");
   b.calibration.device = r.string(c, "device");
@@ -323,6 +326,8 @@ void validate_bundle(const Bundle& b, const std::string& origin) {
     const LayerRotations& layer = b.layers[i];
     OSCAR_CHECK(layer.k_mean.empty() != centred,
                 "{}: layer {}: k_mean must be present exactly when keys are centred", origin, i);
+    OSCAR_CHECK(layer.v_mean.empty() != b.calibration.center_values,
+                "{}: layer {}: v_mean must be present exactly when values are centred", origin, i);
   }
   for (const TensorSlot& slot : tensor_slots(b)) {
     std::int64_t numel = 1;
@@ -399,6 +404,7 @@ Bundle read_bundle(const std::string& path) {
     load(prefix + "k_clip", {h}, layer.k_clip);
     load(prefix + "v_clip", {h}, layer.v_clip);
     if (b.calibration.center_keys) load(prefix + "k_mean", {h, d}, layer.k_mean);
+    if (b.calibration.center_values) load(prefix + "v_mean", {h, d}, layer.v_mean);
   }
   for (const TensorInfo& info : file.tensors()) {
     OSCAR_CHECK(expected.count(info.name) == 1,

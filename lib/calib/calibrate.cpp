@@ -122,6 +122,7 @@ RotationResult compute_rotations(const KvStatistics& stats, const RotationOption
     result.k_eigenvalues.push_back(k_desc.narrow(0, i * heads, heads));
     result.v_eigenvalues.push_back(v_desc.narrow(0, i * heads, heads));
     result.k_mean.push_back(stats.key_mean(i));
+    result.v_mean.push_back(stats.value_mean(i));
     for (std::int64_t h = 0; h < heads; ++h) {
       HeadSummary s;
       s.layer = i;
@@ -149,6 +150,7 @@ Bundle make_bundle(const RotationResult& rotations, const RotationOptions& optio
   provenance.value_objective = value_objective_name(options.value_objective);
   provenance.composition = composition_name(options.composition);
   provenance.center_keys = options.center_keys;
+  provenance.center_values = options.center_values;
   provenance.eigen_backend = rotations.eigen_backend;
   b.calibration = std::move(provenance);
   b.tool_version = version();
@@ -173,6 +175,7 @@ Bundle make_bundle(const RotationResult& rotations, const RotationOptions& optio
       }
     }
     if (options.center_keys) l.k_mean = to_floats(rotations.k_mean[i]);
+    if (options.center_values) l.v_mean = to_floats(rotations.v_mean[i]);
   }
   return b;
 }

@@ -88,6 +88,7 @@ KvStatistics::KvStatistics(std::int64_t num_layers, std::int64_t num_heads,
     l.q_sum = torch::zeros({num_kv_heads, head_dim, head_dim}, opts);
     l.o_sum = torch::zeros({num_kv_heads, head_dim, head_dim}, opts);
     l.k_sum = torch::zeros({num_kv_heads, head_dim}, opts);
+    l.v_sum = torch::zeros({num_kv_heads, head_dim}, opts);
     l.kw_sum = torch::zeros({num_kv_heads, head_dim, head_dim}, opts);
     l.w_sum = torch::zeros({num_kv_heads}, opts);
   }
@@ -108,6 +109,7 @@ void KvStatistics::on_attention(const AttentionRecord& record) {
     l.q_sum += second_moment(group_rows(record.q.to(device_), num_kv_heads_));
     l.o_sum += second_moment(group_rows(record.out.to(device_), num_kv_heads_));
     l.k_sum += k.sum(1);
+    l.v_sum += group_rows(record.v.to(device_), num_kv_heads_).sum(1);
     if (record.layer == num_layers_ - 1) main_tokens_ += tokens;
   } else {
     const auto v = group_rows(record.v.to(device_), num_kv_heads_);
@@ -142,6 +144,11 @@ torch::Tensor KvStatistics::keyweight_value_covariance(std::int64_t layer) const
   return l.kw_sum / l.w_sum.view({-1, 1, 1});
 }
 
+torch::Tensor KvStatistics::value_mean(std::int64_t layer) const {
+  OSCAR_CHECK(main_tokens_ > 0, "no statistics accumulated yet");
+  return layers_.at(static_cast<std::size_t>(layer)).v_sum / static_cast<double>(main_tokens_);
+}
+
 torch::Tensor KvStatistics::key_mean(std::int64_t layer) const {
   OSCAR_CHECK(main_tokens_ > 0, "no statistics accumulated yet");
   return layers_.at(static_cast<std::size_t>(layer)).k_sum / static_cast<double>(main_tokens_);
@@ -174,6 +181,7 @@ void KvStatistics::merge(const KvStatistics& other) {
     a.q_sum += b.q_sum.to(device_);
     a.o_sum += b.o_sum.to(device_);
     a.k_sum += b.k_sum.to(device_);
+    a.v_sum += b.v_sum.to(device_);
   }
   main_tokens_ += other.main_tokens_;
   main_sequences += other.main_sequences;
@@ -194,6 +202,7 @@ void KvStatistics::save(const std::string& path, const StatsProvenance& provenan
     add(p + "q_sum", l.q_sum);
     add(p + "o_sum", l.o_sum);
     add(p + "k_sum", l.k_sum);
+    add(p + "v_sum", l.v_sum);
     add(p + "kw_sum", l.kw_sum);
     add(p + "w_sum", l.w_sum);
     if (keyweight_pass_) add(p + "weight_cq", l.weight_cq);
@@ -250,6 +259,7 @@ KvStatistics KvStatistics::load(const std::string& path, torch::Device device,
       read(p + "q_sum", l.q_sum);
       read(p + "o_sum", l.o_sum);
       read(p + "k_sum", l.k_sum);
+      read(p + "v_sum", l.v_sum);
       read(p + "kw_sum", l.kw_sum);
       read(p + "w_sum", l.w_sum);
       if (stats.keyweight_pass_) {

@@ -110,6 +110,7 @@ QuantMethod method_from_bundle(const std::string& name, const Bundle& bundle,
     m.k_clips.push_back(tensor(l.k_clip, {h}));
     m.v_clips.push_back(tensor(l.v_clip, {h}));
     m.k_mean.push_back(l.k_mean.empty() ? torch::Tensor() : tensor(l.k_mean, {h, d}));
+    m.v_mean.push_back(l.v_mean.empty() ? torch::Tensor() : tensor(l.v_mean, {h, d}));
   }
   const auto& c = bundle.calibration;
   m.description =
@@ -142,11 +143,15 @@ QuantMethod method_from_rotations(const std::string& name, const RotationResult&
     m.v_clips.push_back(vc.to(device));
     m.k_mean.push_back(options.center_keys ? rotations.k_mean[i].to(device, torch::kFloat32)
                                            : torch::Tensor());
+    m.v_mean.push_back(options.center_values ? rotations.v_mean[i].to(device, torch::kFloat32)
+                                             : torch::Tensor());
   }
   m.description = fmt::format(
       "grouping {}, values {}, {}{}, clip K {:.2f} V {:.2f}", grouping_name(options.grouping),
       value_objective_name(options.value_objective), composition_name(options.composition),
-      options.center_keys ? ", centred keys" : "", options.clip_k, options.clip_v);
+      std::string(options.center_keys ? ", centred keys" : "") +
+          (options.center_values ? ", centred values" : ""),
+      options.clip_k, options.clip_v);
   return m;
 }
 
@@ -188,7 +193,13 @@ std::pair<torch::Tensor, torch::Tensor> reconstruct_kv(const QuantMethod& m, std
       const auto k_centred = mean.defined() ? k - mean : k;
       auto k_hat = rotate_back(quantize_rows(rotate(k_centred, rk), kc, group, m.scale_dtype), rk);
       if (mean.defined()) k_hat = k_hat + mean;
-      const auto v_hat = rotate_back(quantize_rows(rotate(v, rv), vc, group, m.scale_dtype), rv);
+      torch::Tensor v_mean;
+      if (!m.v_mean.empty() && m.v_mean[layer].defined()) {
+        v_mean = m.v_mean[layer].view({1, 1, heads, d});
+      }
+      const auto v_centred = v_mean.defined() ? v - v_mean : v;
+      auto v_hat = rotate_back(quantize_rows(rotate(v_centred, rv), vc, group, m.scale_dtype), rv);
+      if (v_mean.defined()) v_hat = v_hat + v_mean;
       return {k_hat, v_hat};
     }
   }

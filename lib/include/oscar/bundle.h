@@ -52,6 +52,7 @@ struct CalibrationProvenance {
   std::string value_objective = "attn";  // attn | keyweight
   std::string composition = "r_h_pbr";   // r_h_pbr | r | r_h | h
   bool center_keys = false;
+  bool center_values = false;
   std::string clip_method = "fixed";  // fixed | search
   std::string eigen_backend;          // lapack | cusolver | torch
   std::string device;                 // cpu | cuda
@@ -63,6 +64,7 @@ struct LayerRotations {
   std::vector<float> k_eigenvalues, v_eigenvalues;  // [n_kv_heads, d], descending
   std::vector<float> k_clip, v_clip;                // [n_kv_heads]
   std::vector<float> k_mean;  // [n_kv_heads, d] when keys are centred, else {}
+  std::vector<float> v_mean;  // [n_kv_heads, d] when values are centred, else {}
 };
 
 struct Bundle {

@@ -24,6 +24,7 @@ struct RotationOptions {
   ValueObjective value_objective = ValueObjective::kAttn;
   Composition composition = Composition::kRHPbr;
   bool center_keys = false;
+  bool center_values = false;  // store per-head value means (exact: rows of softmax sum to 1)
   double clip_k = 0.96, clip_v = 0.92;
   EigenBackend eigen_backend = EigenBackend::kAuto;
 };
@@ -44,7 +45,7 @@ struct RotationResult {
   // Per layer, float64 on the statistics' device: rotations [Hkv, d, d], eigenvalues [Hkv, d]
   // (descending), key means [Hkv, d]. Kept in full precision for evaluation and tests; the bundle
   // holds them as float32.
-  std::vector<torch::Tensor> k_rotation, v_rotation, k_eigenvalues, v_eigenvalues, k_mean;
+  std::vector<torch::Tensor> k_rotation, v_rotation, k_eigenvalues, v_eigenvalues, k_mean, v_mean;
   std::vector<HeadSummary> heads;
   std::string eigen_backend;  // the backend that actually ran
 };

@@ -34,7 +34,7 @@ struct QuantMethod {
   double k_clip = 1.0, v_clip = 1.0;  // uniform clip ratios (naive, hadamard, kivi)
   // kRotation / kHadamard: per layer [Hkv, d, d] float32 rotations (x_rot = x R), clip ratios
   // [Hkv] and, with centred keys, key means [Hkv, d]; on the evaluation device.
-  std::vector<torch::Tensor> k_rotation, v_rotation, k_clips, v_clips, k_mean;
+  std::vector<torch::Tensor> k_rotation, v_rotation, k_clips, v_clips, k_mean, v_mean;
   std::string description;
 
   // Bits per stored KV element at context `context` with `sink` + `recent` bf16 tokens.

@@ -35,7 +35,7 @@ struct StatsProvenance {
 // run can stop and resume at any batch boundary. The main pass accumulates, per layer and KV head:
 //   q_sum  = sum over the group's query rows of q^T q          [Hkv, d, d]
 //   o_sum  = sum over the group's attention-output rows o^T o  [Hkv, d, d]
-//   k_sum  = sum of key rows                                   [Hkv, d]
+//   k_sum, v_sum = sums of key and value rows                 [Hkv, d]
 // and the row counts. The key-weighted value proxy needs the final C_Q, so it takes a second pass
 // (begin_keyweight_pass) that accumulates kw_sum = sum w_t v_t^T v_t [Hkv, d, d] and w_sum [Hkv].
 class KvStatistics : public AttentionObserver {
@@ -59,6 +59,7 @@ class KvStatistics : public AttentionObserver {
   torch::Tensor output_covariance(std::int64_t layer) const;
   torch::Tensor keyweight_value_covariance(std::int64_t layer) const;
   torch::Tensor key_mean(std::int64_t layer) const;
+  torch::Tensor value_mean(std::int64_t layer) const;
 
   // Raises oscar::Error naming the first layer whose sums hold NaN or Inf (non-finite activations).
   void check_finite() const;
@@ -81,7 +82,7 @@ class KvStatistics : public AttentionObserver {
 
  private:
   struct Layer {
-    torch::Tensor q_sum, o_sum, k_sum, kw_sum, w_sum;
+    torch::Tensor q_sum, o_sum, k_sum, v_sum, kw_sum, w_sum;
     torch::Tensor weight_cq;  // frozen C_Q for the key-weighted pass
   };
   std::int64_t num_layers_, num_heads_, num_kv_heads_, head_dim_;
