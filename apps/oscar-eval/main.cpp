@@ -72,6 +72,8 @@ oscar::RotationOptions rotation_options(const std::string& name, const Options& 
       r.center_values = true;
     } else if (part == "noclip") {
       r.clip_k = r.clip_v = 1.0;
+    } else if (part == "keys" || part == "values") {
+      // handled by the caller: quantize only keys / only values (diagnostics)
     } else if (part == "search") {
       // handled by the caller: per-head clip search on held-back tokens
     } else if (part == "r" || part == "r_h" || part == "h") {
@@ -220,9 +222,13 @@ int run(Options o) {
         }
       }
     } else {
-      r.method = oscar::make_baseline_method(name, config, o.group_size, scale_dtype, device);
+      r.method = oscar::make_baseline_method(name.substr(0, name.find('+')), config, o.group_size,
+                                             scale_dtype, device);
       r.method.kivi_block = o.kivi_block;
     }
+    r.method.name = name;
+    r.method.quantize_keys = name.find("+values") == std::string::npos;
+    r.method.quantize_values = name.find("+keys") == std::string::npos;
     results.push_back(std::move(r));
   }
   OSCAR_CHECK(!results.empty() && results.front().method.kind == oscar::MethodKind::kBF16,

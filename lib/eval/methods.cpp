@@ -48,6 +48,8 @@ double QuantMethod::bits_per_element(std::int64_t head_dim, std::int64_t context
     // One float32 mean vector per head, amortised over the context (negligible at long context).
     key_bits += 32.0 / static_cast<double>(std::max<std::int64_t>(context, 1));
   }
+  if (!quantize_keys) key_bits = 16.0;
+  if (!quantize_values) value_bits = 16.0;
   const std::int64_t full = std::min(context, sink + recent);
   const std::int64_t quant = context - full;
   const double stored =
@@ -155,9 +157,25 @@ QuantMethod method_from_rotations(const std::string& name, const RotationResult&
   return m;
 }
 
+namespace {
+std::pair<torch::Tensor, torch::Tensor> reconstruct_both(const QuantMethod& m, std::int64_t layer,
+                                                         const torch::Tensor& k_in,
+                                                         const torch::Tensor& v_in);
+}  // namespace
+
 std::pair<torch::Tensor, torch::Tensor> reconstruct_kv(const QuantMethod& m, std::int64_t layer,
                                                        const torch::Tensor& k_in,
                                                        const torch::Tensor& v_in) {
+  auto [k, v] = reconstruct_both(m, layer, k_in, v_in);
+  if (!m.quantize_keys) k = bf16_round(k_in.to(torch::kFloat32));
+  if (!m.quantize_values) v = bf16_round(v_in.to(torch::kFloat32));
+  return {k, v};
+}
+
+namespace {
+std::pair<torch::Tensor, torch::Tensor> reconstruct_both(const QuantMethod& m, std::int64_t layer,
+                                                         const torch::Tensor& k_in,
+                                                         const torch::Tensor& v_in) {
   const auto k = k_in.to(torch::kFloat32), v = v_in.to(torch::kFloat32);
   const std::int64_t heads = k.size(2), d = k.size(3);
   const std::int64_t group = m.group_size > 0 ? m.group_size : d;
@@ -205,5 +223,7 @@ std::pair<torch::Tensor, torch::Tensor> reconstruct_kv(const QuantMethod& m, std
   }
   fail("unknown method kind");
 }
+
+}  // namespace
 
 }  // namespace oscar

@@ -35,6 +35,8 @@ struct QuantMethod {
   // kRotation / kHadamard: per layer [Hkv, d, d] float32 rotations (x_rot = x R), clip ratios
   // [Hkv] and, with centred keys, key means [Hkv, d]; on the evaluation device.
   std::vector<torch::Tensor> k_rotation, v_rotation, k_clips, v_clips, k_mean, v_mean;
+  // Diagnostics: quantize only one of the two (the other stays bf16).
+  bool quantize_keys = true, quantize_values = true;
   std::string description;
 
   // Bits per stored KV element at context `context` with `sink` + `recent` bf16 tokens.
