@@ -67,17 +67,6 @@ std::string utc_now() {
   return buf;
 }
 
-// Fails early (before any long work) when the output's directory cannot take a file.
-void check_writable(const std::string& path, const char* what) {
-  if (path.empty()) return;
-  OSCAR_CHECK(!oscar::is_directory(path), "{} '{}' is a directory; give a file name", what, path);
-  const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  OSCAR_CHECK(oscar::is_directory(dir), "cannot write {} '{}': directory '{}' does not exist", what,
-              path, dir);
-  OSCAR_CHECK(::access(dir.c_str(), W_OK) == 0,
-              "cannot write {} '{}': directory '{}' is not writable", what, path, dir);
-}
 
 std::pair<std::int64_t, std::int64_t> parse_shard(const std::string& text) {
   std::int64_t index = -1, count = 0;
@@ -174,8 +163,8 @@ int run(Options o) {
   OSCAR_CHECK(oscar::is_directory(o.model_dir), "model directory '{}' does not exist", o.model_dir);
   OSCAR_CHECK(!o.out_path.empty() || !o.save_stats.empty(),
               "nothing to write: give --out (a bundle) and/or --save-stats");
-  check_writable(o.out_path, "bundle");
-  check_writable(o.save_stats, "statistics file");
+  oscar::check_writable(o.out_path, "bundle");
+  oscar::check_writable(o.save_stats, "statistics file");
   const auto [shard_index, shard_count] = parse_shard(o.shard);
 
   oscar::RotationOptions rot;

@@ -130,4 +130,15 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
+void check_writable(const std::string& path, const char* what) {
+  if (path.empty()) return;
+  OSCAR_CHECK(!is_directory(path), "{} '{}' is a directory; give a file name", what, path);
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  OSCAR_CHECK(is_directory(dir), "cannot write {} '{}': directory '{}' does not exist", what, path,
+              dir);
+  OSCAR_CHECK(::access(dir.c_str(), W_OK) == 0,
+              "cannot write {} '{}': directory '{}' is not writable", what, path, dir);
+}
+
 }  // namespace oscar

@@ -39,6 +39,10 @@ std::string read_file(const std::string& path);
 // none.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
+// Fails early (before any long work) when `path` cannot be created: its directory is missing or
+// not writable, or it names a directory. `what` names the output in the message. Empty: no-op.
+void check_writable(const std::string& path, const char* what);
+
 bool file_exists(const std::string& path);
 bool is_directory(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);
