@@ -67,7 +67,6 @@ std::string utc_now() {
   return buf;
 }
 
-
 std::pair<std::int64_t, std::int64_t> parse_shard(const std::string& text) {
   std::int64_t index = -1, count = 0;
   char slash = 0;
