@@ -124,6 +124,8 @@ int run(Options o) {
   if (o.threads > 0) torch::set_num_threads(o.threads);
   const auto t0 = std::chrono::steady_clock::now();
   OSCAR_CHECK(oscar::is_directory(o.model_dir), "model directory '{}' does not exist", o.model_dir);
+  oscar::check_writable(o.json_path, "JSON report");
+  oscar::check_writable(o.plot_path, "plot");
   std::string device_name = o.device;
   if (device_name == "auto") device_name = torch::cuda::is_available() ? "cuda" : "cpu";
   oscar::LoadOptions load;
