@@ -45,7 +45,7 @@ struct Capture : AttentionObserver {
   torch::Tensor all(std::int64_t layer, torch::Tensor AttentionRecord::*field) const {
     std::vector<torch::Tensor> parts;
     for (const auto& r : by_layer[static_cast<std::size_t>(layer)]) parts.push_back(r.*field);
-    return torch::cat(parts, 0).to(torch::kFloat64);  // [B_total, T, H, d]
+    return torch::cat(parts, 0).to(torch::kCPU, torch::kFloat64);  // [B_total, T, H, d]
   }
 };
 
@@ -367,19 +367,26 @@ TEST(CalibrationData, ReadsTextJsonlAndIds) {
   EXPECT_THROW(load_calibration_data(dir.file("nope.txt"), tokenizer, o), Error);
 }
 
-TEST(CalibrationReal, Stories260KBundleEigenvaluesEqualDirectEigendecomposition) {
-  OSCAR_REQUIRE_MODEL(dir, "stories260K");
+// The three shared models (each skipped when absent): eigenvalues of the streamed statistics vs a
+// direct eigendecomposition of C built from every captured q and o at once.
+class CalibrationReal : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CalibrationReal, BundleEigenvaluesEqualDirectEigendecomposition) {
+  OSCAR_REQUIRE_MODEL(dir, GetParam());
   const Model model = Model::load(dir);
   const auto& c = model.config();
   const auto tokenizer = Tokenizer::from_file(join_path(dir, "tokenizer.json"));
   DataOptions o;
   o.seq_len = 128;
   o.tokens = 512;
-  o.bos_token = 1;
+  o.bos_token = c.bos_token_id ? static_cast<std::int32_t>(*c.bos_token_id) : -1;
+  const bool stories = std::string(GetParam()) == "stories260K";
   const auto data = load_calibration_data(
-      join_path(test::source_dir(), "../datasets/oscar-stories-v1.txt"), tokenizer, o);
+      join_path(test::source_dir(),
+                stories ? "../datasets/oscar-stories-v1.txt" : "../datasets/oscar-code-v1.txt"),
+      tokenizer, o);
   Capture capture(c.num_layers);
-  KvStatistics s(c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, torch::kCPU);
+  KvStatistics s(c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, model.device());
   Tee tee;
   tee.targets = {&capture, &s};
   ForwardOptions f;
@@ -393,10 +400,18 @@ TEST(CalibrationReal, Stories260KBundleEigenvaluesEqualDirectEigendecomposition)
     for (std::int64_t h = 0; h < c.num_kv_heads; ++h) {
       const auto cq = direct_group_moment(capture.all(l, &AttentionRecord::q), h, g);
       const auto cs = direct_group_moment(capture.all(l, &AttentionRecord::out), h, g);
-      EXPECT_LT(rel_diff(r.k_eigenvalues[l][h], std::get<0>(torch::linalg_eigh(cq)).flip(0)),
+      EXPECT_LT(rel_diff(r.k_eigenvalues[l][h].cpu(), std::get<0>(torch::linalg_eigh(cq)).flip(0)),
                 kEigenTol);
-      EXPECT_LT(rel_diff(r.v_eigenvalues[l][h], std::get<0>(torch::linalg_eigh(cs)).flip(0)),
+      EXPECT_LT(rel_diff(r.v_eigenvalues[l][h].cpu(), std::get<0>(torch::linalg_eigh(cs)).flip(0)),
                 kEigenTol);
+      const auto rk = r.k_rotation[l][h].cpu();
+      EXPECT_LT(
+          (rk.matmul(rk.t()) - torch::eye(c.head_dim, torch::kFloat64)).abs().max().item<double>(),
+          1e-12);
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(SharedModels, CalibrationReal,
+                         ::testing::Values("stories260K", "codellama-h64-25m",
+                                           "codeqwen3-h128-30m"));
