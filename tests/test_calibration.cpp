@@ -253,6 +253,77 @@ TEST_F(CalibrationTest, BundleRoundTripAndValidation) {
   EXPECT_EQ(again.tensor_sha256, b.tensor_sha256);
 }
 
+TEST_F(CalibrationTest, KeySmoothingScalesAndRotatesInTheSmoothedBasis) {
+  Capture cap(spec_.layers);
+  KvStatistics s(spec_.layers, spec_.heads, spec_.kv_heads, spec_.head_dim, torch::kCPU);
+  Tee tee;
+  tee.targets = {&cap, &s};
+  feed(tee, 0, 6, 3);
+  RotationOptions o;
+  o.center_keys = true;
+  o.smooth_keys = 0.5;
+  o.composition = Composition::kR;  // R = U: compare eigenvectors directly
+  const RotationResult r = compute_rotations(s, o);
+  const std::int64_t group = spec_.heads / spec_.kv_heads, d = spec_.head_dim;
+  for (std::int64_t l = 0; l < spec_.layers; ++l) {
+    const auto q = cap.all(l, &AttentionRecord::q), k = cap.all(l, &AttentionRecord::k);
+    for (std::int64_t h = 0; h < spec_.kv_heads; ++h) {
+      // s_c = (sigma_k / sigma_q)^0.5 with geometric mean 1, from captured rows directly.
+      const auto kr = k.select(2, h).reshape({-1, d});
+      const auto qr = q.slice(2, h * group, (h + 1) * group).reshape({-1, d});
+      const auto k_var = kr.var(0, /*unbiased=*/false), q_var = qr.pow(2).mean(0);
+      auto log_s = 0.25 * (k_var.log() - q_var.log());
+      const auto expected = (log_s - log_s.mean()).exp();
+      const auto smooth = r.k_smooth[l][h];
+      EXPECT_LT(rel_diff(smooth, expected), kStreamTol * 100) << "layer " << l << " head " << h;
+      // The logits are unchanged: (q S) . ((k - mu) / S) = q . k - q . mu.
+      const auto mu = r.k_mean[l][h];
+      const auto lhs = (qr * smooth).matmul(((kr - mu) / smooth).t());
+      const auto rhs = qr.matmul((kr - mu).t());
+      EXPECT_LT(rel_diff(lhs, rhs), 1e-13);
+      // R_K diagonalises C_Q in the smoothed basis: R^T (S C_Q S) R is diagonal.
+      const auto qs = qr * smooth;
+      const auto cq = qs.t().matmul(qs) / static_cast<double>(qs.size(0));
+      const auto rk = r.k_rotation[l][h];
+      const auto diag = rk.t().matmul(cq).matmul(rk);
+      const auto off = diag - torch::diag_embed(torch::diagonal(diag));
+      EXPECT_LT((off.abs().max() / diag.abs().max()).item<double>(), 1e-9);
+    }
+  }
+  // Layer grouping shares the scales across heads; out-of-range strengths are refused.
+  o.grouping = Grouping::kLayer;
+  const RotationResult rl = compute_rotations(s, o);
+  EXPECT_TRUE(torch::equal(rl.k_smooth[0][0], rl.k_smooth[0][1]));
+  o.smooth_keys = 1.5;
+  EXPECT_THROW(compute_rotations(s, o), Error);
+}
+
+TEST_F(CalibrationTest, SmoothedBundlesAreVersion2AndUnsmoothedStayVersion1) {
+  const KvStatistics s = stream(0, 6, 3);
+  const ModelIdentity id = model_identity(dir_.path());
+  RotationOptions o;
+  Bundle plain = make_bundle(compute_rotations(s, o), o, id, {}, {});
+  EXPECT_EQ(bundle_format_version(plain), 1);
+  EXPECT_EQ(bundle_manifest_json(plain).find("smooth_keys"), std::string::npos);
+  o.smooth_keys = 0.5;
+  Bundle b = make_bundle(compute_rotations(s, o), o, id, {}, {});
+  EXPECT_EQ(bundle_format_version(b), 2);
+  const std::string path = dir_.file("smooth.safetensors");
+  write_bundle(path, b);
+  const Bundle back = read_bundle(path);
+  EXPECT_EQ(bundle_format_version(back), 2);
+  EXPECT_DOUBLE_EQ(back.calibration.smooth_keys, 0.5);
+  EXPECT_EQ(back.layers[1].k_smooth, b.layers[1].k_smooth);
+  EXPECT_EQ(back.layers[1].k_smooth.size(), static_cast<std::size_t>(2 * 16));
+  // Scales must be positive and present exactly when the manifest says keys are smoothed.
+  Bundle bad = b;
+  bad.layers[0].k_smooth[3] = -1.0f;
+  EXPECT_THROW(write_bundle(dir_.file("bad.safetensors"), bad), Error);
+  bad = b;
+  bad.layers[2].k_smooth.clear();
+  EXPECT_THROW(write_bundle(dir_.file("bad.safetensors"), bad), Error);
+}
+
 TEST_F(CalibrationTest, CorruptOrForeignBundlesAreRejected) {
   const KvStatistics s = stream(0, 6, 3);
   const RotationResult r = compute_rotations(s, RotationOptions{});

@@ -125,6 +125,41 @@ TEST(Methods, RotationByIdentityEqualsNaiveAndHadamardIsExactlyInvertible) {
                Error);
 }
 
+TEST(Methods, KeySmoothingIsUndoneExactlyAfterDequantization) {
+  test::TinyModelSpec spec;
+  test::TempDir dir;
+  test::write_tiny_model(dir.path(), spec);
+  const auto config = Model::load(dir.path()).config();
+  torch::manual_seed(5);
+  const std::int64_t h = config.num_kv_heads, d = config.head_dim;
+  // Keys with one channel 50x larger than the rest: the case smoothing exists for.
+  auto k = torch::randn({2, 9, h, d});
+  k.select(3, 1).mul_(50.0);
+  const auto v = torch::randn({2, 9, h, d});
+  const auto hadamard =
+      make_baseline_method("hadamard", config, 0, int2::ScaleDType::kF32, torch::kCPU);
+  QuantMethod smoothed = hadamard;
+  smoothed.kind = MethodKind::kRotation;
+  smoothed.k_clip = smoothed.v_clip = 1.0;
+  for (std::int64_t i = 0; i < config.num_layers; ++i) {
+    auto s = torch::ones({h, d});
+    s.select(1, 1).fill_(50.0);
+    smoothed.k_smooth.push_back(s);
+  }
+  const auto [kh, vh] = reconstruct_kv(hadamard, 0, k, v);
+  const auto [ks, vs] = reconstruct_kv(smoothed, 0, k, v);
+  EXPECT_TRUE(torch::equal(vh, vs));  // values untouched
+  // Smoothing that equalises the channels cuts the reconstruction error of the other channels.
+  const auto others = torch::cat({k.slice(3, 0, 1), k.slice(3, 2, d)}, 3);
+  const auto err = [&](const torch::Tensor& kr) {
+    return (torch::cat({kr.slice(3, 0, 1), kr.slice(3, 2, d)}, 3) - others)
+        .pow(2)
+        .sum()
+        .item<double>();
+  };
+  EXPECT_LT(err(ks), 0.25 * err(kh));
+}
+
 TEST(Methods, BitsPerElement) {
   QuantMethod m;
   m.kind = MethodKind::kNaive;

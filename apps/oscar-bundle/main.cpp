@@ -47,7 +47,7 @@ int inspect(const Options& o) {
   const auto& c = b.calibration;
   const auto& q = b.quantization;
   fmt::print("bundle      {} (format v{}, oscar {} @ {})\n", o.bundle_path,
-             oscar::kBundleFormatVersion, b.tool_version, b.git_commit.substr(0, 12));
+             oscar::bundle_format_version(b), b.tool_version, b.git_commit.substr(0, 12));
   fmt::print("model       {} ({}): {} layers, {} q / {} KV heads, head_dim {}, rope {} theta {}\n",
              m.name, m.architecture, m.num_layers, m.num_heads, m.num_kv_heads, m.head_dim,
              m.rope.type, m.rope.theta);
@@ -56,10 +56,12 @@ int inspect(const Options& o) {
   fmt::print("calibrated  {} tokens of {} (sha256 {}), seq {}, seed {}\n", c.tokens, c.dataset_name,
              c.dataset_sha256.substr(0, 16), c.seq_len, c.seed);
   fmt::print(
-      "method      grouping {}, values {}, composition {}, centred keys {}, clip {}, "
-      "eigensolver {} on {}\n",
-      c.grouping, c.value_objective, c.composition, c.center_keys ? "yes" : "no", c.clip_method,
-      c.eigen_backend, c.device);
+      "method      grouping {}, values {}, composition {}, centred keys {}, centred values {}, "
+      "key smoothing {}, clip {}, eigensolver {} on {}\n",
+      c.grouping, c.value_objective, c.composition, c.center_keys ? "yes" : "no",
+      c.center_values ? "yes" : "no",
+      c.smooth_keys > 0.0 ? fmt::format("alpha {:.2f}", c.smooth_keys) : std::string("no"),
+      c.clip_method, c.eigen_backend, c.device);
   fmt::print("quantizer   INT{}, group {}, sink {}, recent {}, scales {}, packing {}\n", q.bits,
              q.group_size == 0 ? m.head_dim : q.group_size, q.sink_tokens, q.recent_tokens,
              q.scale_dtype, q.row_packing);

@@ -42,7 +42,7 @@ struct Options {
   std::string value_objective = "attn", grouping = "head", composition = "r_h_pbr";
   bool center_keys = false, center_values = false, clip_search = false;
   std::int64_t clip_holdback = 2048;
-  double clip_k = 0.96, clip_v = 0.92;
+  double clip_k = 0.96, clip_v = 0.92, smooth_keys = 0.0;
   std::int64_t group_size = 0, sink = 64, recent = 256;
   std::string scale_dtype = "bf16", eigen = "auto";
   std::string save_stats, resume_stats, shard = "0/1";
@@ -172,6 +172,7 @@ int run(Options o) {
   rot.composition = oscar::parse_composition(o.composition);
   rot.center_keys = o.center_keys;
   rot.center_values = o.center_values;
+  rot.smooth_keys = o.smooth_keys;
   rot.clip_k = o.clip_k;
   rot.clip_v = o.clip_v;
   rot.eigen_backend = oscar::parse_eigen_backend(o.eigen);
@@ -429,6 +430,11 @@ int main(int argc, char** argv) {
   app.add_flag("--center-keys", o.center_keys, "Store per-head key means for key centring");
   app.add_flag("--center-values", o.center_values,
                "Store per-head value means for value centring (exact: softmax rows sum to 1)");
+  app.add_option("--smooth-keys", o.smooth_keys,
+                 "Key smoothing strength alpha in [0, 1]: keys / s, queries * s per channel with "
+                 "s = (sigma_k / sigma_q)^alpha (exact for q . k; 0: off; writes a v2 bundle)")
+      ->default_val(0.0)
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--clip-k", o.clip_k, "Key clip ratio")->default_val(0.96);
   app.add_option("--clip-v", o.clip_v, "Value clip ratio")->default_val(0.92);
   app.add_flag("--clip-search", o.clip_search,

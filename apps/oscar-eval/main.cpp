@@ -72,6 +72,13 @@ oscar::RotationOptions rotation_options(const std::string& name, const Options& 
       r.center_values = true;
     } else if (part == "noclip") {
       r.clip_k = r.clip_v = 1.0;
+    } else if (part.rfind("smooth", 0) == 0) {
+      // "smooth": alpha 0.5; "smooth25": alpha 0.25.
+      const std::string digits = part.substr(6);
+      OSCAR_CHECK(digits.find_first_not_of("0123456789") == std::string::npos && digits.size() <= 3,
+                  "bad key smoothing variant '+{}' in '{}' (smooth or smoothNN, NN = 100 alpha)",
+                  part, name);
+      r.smooth_keys = digits.empty() ? 0.5 : std::stoi(digits) / 100.0;
     } else if (part == "keys" || part == "values") {
       // handled by the caller: quantize only keys / only values (diagnostics)
     } else if (part == "search") {
@@ -80,9 +87,8 @@ oscar::RotationOptions rotation_options(const std::string& name, const Options& 
       r.composition = oscar::parse_composition(part);
     } else {
       oscar::fail(
-          "unknown oscar variant '+{}' in '{}' (layer, keyweight, center, vcenter, noclip, search, "
-          "r, r_h, "
-          "h)",
+          "unknown oscar variant '+{}' in '{}' (layer, keyweight, center, vcenter, smooth[NN], "
+          "noclip, search, r, r_h, h)",
           part, name);
     }
   }
@@ -400,9 +406,11 @@ int main(int argc, char** argv) {
                  "Calibration sequence length (default: "
                  "--seq-len)")
       ->default_val(0);
-  app.add_option("--methods", o.methods,
-                 "Comma-separated: bf16 (first), naive, hadamard, kivi, oscar, and variants "
-                 "oscar+layer, +keyweight, +center, +noclip, +r, +r_h, +h (combinable)")
+  app.add_option(
+         "--methods", o.methods,
+         "Comma-separated: bf16 (first), naive, hadamard, kivi, oscar, and variants "
+         "oscar+layer, +keyweight, +center, +vcenter, +smooth[NN] (key smoothing, alpha NN/100), "
+         "+noclip, +search, +r, +r_h, +h (combinable); +keys / +values quantize one side")
       ->default_val("bf16,naive,hadamard,kivi,oscar");
   app.add_option("--bundle", o.bundle_path, "Bundle for the method 'oscar' (else calibrated here)");
   app.add_option("--seq-len", o.seq_len, "Window length (default: min(context, 2048))")

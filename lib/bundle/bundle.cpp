@@ -135,6 +135,7 @@ std::vector<TensorSlot> tensor_slots(const Bundle& b) {
     slots.push_back({prefix + "v_clip", {h}, &layer.v_clip});
     if (!layer.k_mean.empty()) slots.push_back({prefix + "k_mean", {h, d}, &layer.k_mean});
     if (!layer.v_mean.empty()) slots.push_back({prefix + "v_mean", {h, d}, &layer.v_mean});
+    if (!layer.k_smooth.empty()) slots.push_back({prefix + "k_smooth", {h, d}, &layer.k_smooth});
   }
   return slots;
 }
@@ -147,13 +148,17 @@ std::string bundle_checksum(const Bundle& b) {
   return tensor_checksum(std::move(named));
 }
 
+// Smoothing is the only version-2 feature: without it the bundle is written as version 1.
+int written_format_version(const Bundle& b) { return b.calibration.smooth_keys > 0.0 ? 2 : 1; }
+
 json manifest_to_json(const Bundle& b) {
   const ModelIdentity& m = b.model;
   const QuantizationParams& q = b.quantization;
   const CalibrationProvenance& c = b.calibration;
-  return json{
+  const int version = written_format_version(b);
+  json manifest{
       {"format", kBundleFormatName},
-      {"format_version", kBundleFormatVersion},
+      {"format_version", version},
       {"model",
        {{"architecture", m.architecture},
         {"model_type", m.model_type},
@@ -186,10 +191,15 @@ json manifest_to_json(const Bundle& b) {
         {"clip_method", c.clip_method},
         {"eigen_backend", c.eigen_backend},
         {"device", c.device}}},
-      {"rotation_convention", "x_rot = x @ R, row vectors; queries use R_K, outputs R_V^T"},
+      {"rotation_convention",
+       version == 1 ? "x_rot = x @ R, row vectors; queries use R_K, outputs R_V^T"
+                    : "x_rot = x @ R, row vectors; keys ((k - k_mean) / k_smooth) @ R_K, queries "
+                      "(q * k_smooth) @ R_K, outputs R_V^T"},
       {"tensor_sha256", b.tensor_sha256},
       {"tool", {{"name", "oscar"}, {"version", b.tool_version}, {"git_commit", b.git_commit}}},
       {"created", b.created}};
+  if (version >= 2) manifest["calibration"]["smooth_keys"] = c.smooth_keys;
+  return manifest;
 }
 
 Bundle manifest_from_json(const std::string& text, const std::string& origin) {
@@ -242,6 +252,14 @@ Bundle manifest_from_json(const std::string& text, const std::string& origin) {
   b.calibration.composition = r.string(c, "composition");
   b.calibration.center_keys = r.boolean(c, "center_keys");
   b.calibration.center_values = r.boolean(c, "center_values");
+  if (version >= 2) {
+    OSCAR_CHECK(c.contains("smooth_keys") && c.at("smooth_keys").is_number(),
+                "{}: manifest field calibration.smooth_keys is missing or not a number", origin);
+    b.calibration.smooth_keys = c.at("smooth_keys").get<double>();
+    OSCAR_CHECK(b.calibration.smooth_keys > 0.0 && b.calibration.smooth_keys <= 1.0,
+                "{}: calibration.smooth_keys {} outside (0, 1] in a version-2 bundle", origin,
+                b.calibration.smooth_keys);
+  }
   b.calibration.clip_method = r.string(c, "clip_method");
   b.calibration.eigen_backend = r.string(c, "eigen_backend");
   b.calibration.device = r.string(c, "device");
@@ -328,6 +346,13 @@ void validate_bundle(const Bundle& b, const std::string& origin) {
                 "{}: layer {}: k_mean must be present exactly when keys are centred", origin, i);
     OSCAR_CHECK(layer.v_mean.empty() != b.calibration.center_values,
                 "{}: layer {}: v_mean must be present exactly when values are centred", origin, i);
+    OSCAR_CHECK(layer.k_smooth.empty() != (b.calibration.smooth_keys > 0.0),
+                "{}: layer {}: k_smooth must be present exactly when keys are smoothed", origin, i);
+    for (float s : layer.k_smooth) {
+      OSCAR_CHECK(std::isfinite(s) && s > 0.0f,
+                  "{}: layer {}: key smoothing scale {} is not a positive finite number", origin, i,
+                  s);
+    }
   }
   for (const TensorSlot& slot : tensor_slots(b)) {
     std::int64_t numel = 1;
@@ -348,6 +373,8 @@ void validate_bundle(const Bundle& b, const std::string& origin) {
     }
   }
 }
+
+int bundle_format_version(const Bundle& bundle) { return written_format_version(bundle); }
 
 std::string bundle_manifest_json(const Bundle& bundle, int indent) {
   return manifest_to_json(bundle).dump(indent);
@@ -405,11 +432,12 @@ Bundle read_bundle(const std::string& path) {
     load(prefix + "v_clip", {h}, layer.v_clip);
     if (b.calibration.center_keys) load(prefix + "k_mean", {h, d}, layer.k_mean);
     if (b.calibration.center_values) load(prefix + "v_mean", {h, d}, layer.v_mean);
+    if (b.calibration.smooth_keys > 0.0) load(prefix + "k_smooth", {h, d}, layer.k_smooth);
   }
   for (const TensorInfo& info : file.tensors()) {
     OSCAR_CHECK(expected.count(info.name) == 1,
                 "{}: unexpected tensor {} (not part of bundle format v{})", path, info.name,
-                kBundleFormatVersion);
+                written_format_version(b));
   }
   const std::string actual = bundle_checksum(b);
   OSCAR_CHECK(actual == b.tensor_sha256,

@@ -67,10 +67,37 @@ const char* grouping_name(Grouping grouping) {
   return grouping == Grouping::kHead ? "head" : "layer";
 }
 
-torch::Tensor key_covariances(const KvStatistics& stats, Grouping grouping) {
+torch::Tensor key_smoothing_scales(const KvStatistics& stats, std::int64_t layer,
+                                   const RotationOptions& options) {
+  OSCAR_CHECK(options.smooth_keys >= 0.0 && options.smooth_keys <= 1.0,
+              "key smoothing strength must lie in [0, 1] (got {})", options.smooth_keys);
+  const auto cq = stats.query_covariance(layer);
+  auto q_var = torch::diagonal(cq, 0, 1, 2);  // [Hkv, d]
+  auto k_var = options.center_keys ? stats.key_channel_variance(layer)
+                                   : stats.key_channel_second_moment(layer);
+  if (options.grouping == Grouping::kLayer) {
+    q_var = q_var.mean(0, true).expand_as(q_var);
+    k_var = k_var.mean(0, true).expand_as(k_var);
+  }
+  // Channels that never move (zero variance) would get scale 0 or inf: floor both spreads.
+  const auto floor_of = [](const torch::Tensor& x) {
+    return x.amax(1, true).clamp_min(1e-300) * 1e-12;
+  };
+  q_var = torch::maximum(q_var, floor_of(q_var));
+  k_var = torch::maximum(k_var, floor_of(k_var));
+  const auto log_s = 0.5 * options.smooth_keys * (k_var.log() - q_var.log());
+  return (log_s - log_s.mean(1, true)).exp().contiguous();
+}
+
+torch::Tensor key_covariances(const KvStatistics& stats, const RotationOptions& options) {
   std::vector<torch::Tensor> layers;
   for (std::int64_t i = 0; i < stats.num_layers(); ++i) {
-    layers.push_back(apply_grouping(stats.query_covariance(i), grouping));
+    auto cq = stats.query_covariance(i);
+    if (options.smooth_keys > 0.0) {
+      const auto s = key_smoothing_scales(stats, i, options);  // q' = q S
+      cq = cq * s.unsqueeze(2) * s.unsqueeze(1);
+    }
+    layers.push_back(apply_grouping(cq, options.grouping));
   }
   const auto c = torch::cat(layers, 0);
   return (c + c.transpose(1, 2)) * 0.5;  // exact symmetry; the sums are symmetric up to rounding
@@ -101,7 +128,7 @@ RotationResult compute_rotations(const KvStatistics& stats, const RotationOption
   stats.check_finite();
 
   const auto [k_vectors, k_values] =
-      decompose(key_covariances(stats, options.grouping), options.eigen_backend);
+      decompose(key_covariances(stats, options), options.eigen_backend);
   const auto [v_vectors, v_values] = decompose(
       value_covariances(stats, options.grouping, options.value_objective), options.eigen_backend);
   const auto k_desc = k_values.flip(1), v_desc = v_values.flip(1);
@@ -123,6 +150,8 @@ RotationResult compute_rotations(const KvStatistics& stats, const RotationOption
     result.v_eigenvalues.push_back(v_desc.narrow(0, i * heads, heads));
     result.k_mean.push_back(stats.key_mean(i));
     result.v_mean.push_back(stats.value_mean(i));
+    result.k_smooth.push_back(options.smooth_keys > 0.0 ? key_smoothing_scales(stats, i, options)
+                                                        : torch::Tensor());
     for (std::int64_t h = 0; h < heads; ++h) {
       HeadSummary s;
       s.layer = i;
@@ -151,6 +180,7 @@ Bundle make_bundle(const RotationResult& rotations, const RotationOptions& optio
   provenance.composition = composition_name(options.composition);
   provenance.center_keys = options.center_keys;
   provenance.center_values = options.center_values;
+  provenance.smooth_keys = options.smooth_keys;
   provenance.eigen_backend = rotations.eigen_backend;
   b.calibration = std::move(provenance);
   b.tool_version = version();
@@ -176,6 +206,7 @@ Bundle make_bundle(const RotationResult& rotations, const RotationOptions& optio
     }
     if (options.center_keys) l.k_mean = to_floats(rotations.k_mean[i]);
     if (options.center_values) l.v_mean = to_floats(rotations.v_mean[i]);
+    if (options.smooth_keys > 0.0) l.k_smooth = to_floats(rotations.k_smooth.at(i));
   }
   return b;
 }

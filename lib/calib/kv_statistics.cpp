@@ -16,7 +16,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kStatsFormat = "oscar-kv-statistics";
-constexpr int kStatsVersion = 1;
+// Version 2 added the per-channel key second moments (k_sq_sum) for key smoothing.
+constexpr int kStatsVersion = 2;
 
 // [B, T, H, d] -> [Hkv, rows, d] float64, the rows of each KV head's group (GQA: g query heads).
 torch::Tensor group_rows(const torch::Tensor& x, std::int64_t num_kv_heads) {
@@ -88,6 +89,7 @@ KvStatistics::KvStatistics(std::int64_t num_layers, std::int64_t num_heads,
     l.q_sum = torch::zeros({num_kv_heads, head_dim, head_dim}, opts);
     l.o_sum = torch::zeros({num_kv_heads, head_dim, head_dim}, opts);
     l.k_sum = torch::zeros({num_kv_heads, head_dim}, opts);
+    l.k_sq_sum = torch::zeros({num_kv_heads, head_dim}, opts);
     l.v_sum = torch::zeros({num_kv_heads, head_dim}, opts);
     l.kw_sum = torch::zeros({num_kv_heads, head_dim, head_dim}, opts);
     l.w_sum = torch::zeros({num_kv_heads}, opts);
@@ -109,6 +111,7 @@ void KvStatistics::on_attention(const AttentionRecord& record) {
     l.q_sum += second_moment(group_rows(record.q.to(device_), num_kv_heads_));
     l.o_sum += second_moment(group_rows(record.out.to(device_), num_kv_heads_));
     l.k_sum += k.sum(1);
+    l.k_sq_sum += (k * k).sum(1);
     l.v_sum += group_rows(record.v.to(device_), num_kv_heads_).sum(1);
     if (record.layer == num_layers_ - 1) main_tokens_ += tokens;
   } else {
@@ -154,6 +157,18 @@ torch::Tensor KvStatistics::key_mean(std::int64_t layer) const {
   return layers_.at(static_cast<std::size_t>(layer)).k_sum / static_cast<double>(main_tokens_);
 }
 
+torch::Tensor KvStatistics::key_channel_variance(std::int64_t layer) const {
+  OSCAR_CHECK(main_tokens_ > 0, "no statistics accumulated yet");
+  const Layer& l = layers_.at(static_cast<std::size_t>(layer));
+  const auto mean = key_mean(layer);
+  return (l.k_sq_sum / static_cast<double>(main_tokens_) - mean * mean).clamp_min(0.0);
+}
+
+torch::Tensor KvStatistics::key_channel_second_moment(std::int64_t layer) const {
+  OSCAR_CHECK(main_tokens_ > 0, "no statistics accumulated yet");
+  return layers_.at(static_cast<std::size_t>(layer)).k_sq_sum / static_cast<double>(main_tokens_);
+}
+
 void KvStatistics::check_finite() const {
   for (std::int64_t i = 0; i < num_layers_; ++i) {
     const Layer& l = layers_[static_cast<std::size_t>(i)];
@@ -181,6 +196,7 @@ void KvStatistics::merge(const KvStatistics& other) {
     a.q_sum += b.q_sum.to(device_);
     a.o_sum += b.o_sum.to(device_);
     a.k_sum += b.k_sum.to(device_);
+    a.k_sq_sum += b.k_sq_sum.to(device_);
     a.v_sum += b.v_sum.to(device_);
   }
   main_tokens_ += other.main_tokens_;
@@ -202,6 +218,7 @@ void KvStatistics::save(const std::string& path, const StatsProvenance& provenan
     add(p + "q_sum", l.q_sum);
     add(p + "o_sum", l.o_sum);
     add(p + "k_sum", l.k_sum);
+    add(p + "k_sq_sum", l.k_sq_sum);
     add(p + "v_sum", l.v_sum);
     add(p + "kw_sum", l.kw_sum);
     add(p + "w_sum", l.w_sum);
@@ -234,7 +251,9 @@ KvStatistics KvStatistics::load(const std::string& path, torch::Device device,
     OSCAR_CHECK(m.at("format").get<std::string>() == kStatsFormat, "{}: format '{}' is not '{}'",
                 path, m.at("format").get<std::string>(), kStatsFormat);
     const int version = m.at("format_version").get<int>();
-    OSCAR_CHECK(version == kStatsVersion, "{}: statistics format_version {} is not supported ({})",
+    OSCAR_CHECK(version == kStatsVersion,
+                "{}: statistics format_version {} is not supported (this build reads {}): "
+                "recompute the statistics with this version",
                 path, version, kStatsVersion);
     KvStatistics stats(
         m.at("num_layers").get<std::int64_t>(), m.at("num_heads").get<std::int64_t>(),
@@ -259,6 +278,7 @@ KvStatistics KvStatistics::load(const std::string& path, torch::Device device,
       read(p + "q_sum", l.q_sum);
       read(p + "o_sum", l.o_sum);
       read(p + "k_sum", l.k_sum);
+      read(p + "k_sq_sum", l.k_sq_sum);
       read(p + "v_sum", l.v_sum);
       read(p + "kw_sum", l.kw_sum);
       read(p + "w_sum", l.w_sum);

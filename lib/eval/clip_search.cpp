@@ -43,6 +43,8 @@ void ClipSearch::search(RotationResult& rotations, const RotationOptions& option
       const auto rk = rk_all[h].to(torch::kFloat32), rv = rv_all[h].to(torch::kFloat32);
       torch::Tensor mean;
       if (options.center_keys) mean = rotations.k_mean[l][h].to(torch::kFloat32);
+      torch::Tensor smooth;  // keys divided, queries multiplied: logits unchanged
+      if (options.smooth_keys > 0.0) smooth = rotations.k_smooth[l][h].to(torch::kFloat32);
       std::vector<double> key_loss(grid.size(), 0.0), value_loss(grid.size(), 0.0);
       for (const AttentionRecord& rec : layers_[l]) {
         const auto dev = rec.q.device();
@@ -62,9 +64,11 @@ void ClipSearch::search(RotationResult& rotations, const RotationOptions& option
                               (rows.view({1, -1}) <= rows.view({-1, 1}) - windows_.recent))
                                  .to(torch::kFloat32);
           const auto pq = p * qmask;  // [g, T, T]: attention on quantized keys only
-          const auto k_src = mean.defined() ? k - mean : k;
+          auto k_src = mean.defined() ? k - mean : k;
+          if (smooth.defined()) k_src = k_src / smooth;
           const auto k_rot = torch::matmul(k_src, rk), v_rot = torch::matmul(v, rv);
-          const auto q_rot = torch::matmul(q, rk);  // logits are invariant: q R . k R = q . k
+          // Logits are invariant: (q S) R . ((k - mu) S^-1) R = q . k - q . mu.
+          const auto q_rot = torch::matmul(smooth.defined() ? q * smooth : q, rk);
           for (std::size_t i = 0; i < grid.size(); ++i) {
             int2::QuantParams params;
             params.group_size = group_size_ > 0 ? group_size_ : d;

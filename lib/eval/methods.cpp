@@ -48,6 +48,9 @@ double QuantMethod::bits_per_element(std::int64_t head_dim, std::int64_t context
     // One float32 mean vector per head, amortised over the context (negligible at long context).
     key_bits += 32.0 / static_cast<double>(std::max<std::int64_t>(context, 1));
   }
+  if (kind == MethodKind::kRotation && !k_smooth.empty() && k_smooth.front().defined()) {
+    key_bits += 32.0 / static_cast<double>(std::max<std::int64_t>(context, 1));
+  }
   if (!quantize_keys) key_bits = 16.0;
   if (!quantize_values) value_bits = 16.0;
   const std::int64_t full = std::min(context, sink + recent);
@@ -113,11 +116,15 @@ QuantMethod method_from_bundle(const std::string& name, const Bundle& bundle,
     m.v_clips.push_back(tensor(l.v_clip, {h}));
     m.k_mean.push_back(l.k_mean.empty() ? torch::Tensor() : tensor(l.k_mean, {h, d}));
     m.v_mean.push_back(l.v_mean.empty() ? torch::Tensor() : tensor(l.v_mean, {h, d}));
+    m.k_smooth.push_back(l.k_smooth.empty() ? torch::Tensor() : tensor(l.k_smooth, {h, d}));
   }
   const auto& c = bundle.calibration;
   m.description =
-      fmt::format("bundle: grouping {}, values {}, {}{}, clip {}", c.grouping, c.value_objective,
-                  c.composition, c.center_keys ? ", centred keys" : "", c.clip_method);
+      fmt::format("bundle: grouping {}, values {}, {}{}{}{}, clip {}", c.grouping,
+                  c.value_objective, c.composition, c.center_keys ? ", centred keys" : "",
+                  c.center_values ? ", centred values" : "",
+                  c.smooth_keys > 0.0 ? fmt::format(", keys smoothed ({:.2f})", c.smooth_keys) : "",
+                  c.clip_method);
   return m;
 }
 
@@ -147,12 +154,17 @@ QuantMethod method_from_rotations(const std::string& name, const RotationResult&
                                            : torch::Tensor());
     m.v_mean.push_back(options.center_values ? rotations.v_mean[i].to(device, torch::kFloat32)
                                              : torch::Tensor());
+    m.k_smooth.push_back(options.smooth_keys > 0.0
+                             ? rotations.k_smooth.at(i).to(device, torch::kFloat32)
+                             : torch::Tensor());
   }
   m.description = fmt::format(
       "grouping {}, values {}, {}{}, clip K {:.2f} V {:.2f}", grouping_name(options.grouping),
       value_objective_name(options.value_objective), composition_name(options.composition),
       std::string(options.center_keys ? ", centred keys" : "") +
-          (options.center_values ? ", centred values" : ""),
+          (options.center_values ? ", centred values" : "") +
+          (options.smooth_keys > 0.0 ? fmt::format(", keys smoothed ({:.2f})", options.smooth_keys)
+                                     : ""),
       options.clip_k, options.clip_v);
   return m;
 }
@@ -208,8 +220,13 @@ std::pair<torch::Tensor, torch::Tensor> reconstruct_both(const QuantMethod& m, s
       torch::Tensor mean;
       if (!m.k_mean.empty() && m.k_mean[layer].defined())
         mean = m.k_mean[layer].view({1, 1, heads, d});
-      const auto k_centred = mean.defined() ? k - mean : k;
+      torch::Tensor smooth;
+      if (!m.k_smooth.empty() && m.k_smooth[layer].defined())
+        smooth = m.k_smooth[layer].view({1, 1, heads, d});
+      auto k_centred = mean.defined() ? k - mean : k;
+      if (smooth.defined()) k_centred = k_centred / smooth;
       auto k_hat = rotate_back(quantize_rows(rotate(k_centred, rk), kc, group, m.scale_dtype), rk);
+      if (smooth.defined()) k_hat = k_hat * smooth;
       if (mean.defined()) k_hat = k_hat + mean;
       torch::Tensor v_mean;
       if (!m.v_mean.empty() && m.v_mean[layer].defined()) {

@@ -1,4 +1,5 @@
-// The OSCAR rotation bundle (format v1): in-memory form, atomic writer, validating reader, checks.
+// The OSCAR rotation bundle (formats v1 and v2): in-memory form, atomic writer, validating reader,
+// checks.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,9 @@
 namespace oscar {
 
 inline constexpr const char* kBundleFormatName = "oscar-rotation-bundle";
-inline constexpr int kBundleFormatVersion = 1;
+// The newest version this build reads and writes. Version 2 adds key smoothing (k_smooth); a
+// bundle without smoothing is still written as version 1 so that version-1 readers load it.
+inline constexpr int kBundleFormatVersion = 2;
 
 // What a bundle was computed for. Two hashes pin the exact checkpoint: the sha256 of config.json
 // and the sha256 of the safetensors headers (shapes, dtypes and offsets of every tensor, shards in
@@ -53,6 +56,7 @@ struct CalibrationProvenance {
   std::string composition = "r_h_pbr";   // r_h_pbr | r | r_h | h
   bool center_keys = false;
   bool center_values = false;
+  double smooth_keys = 0.0;           // key smoothing strength alpha (0: none; format v2)
   std::string clip_method = "fixed";  // fixed | search
   std::string eigen_backend;          // lapack | cusolver | torch
   std::string device;                 // cpu | cuda
@@ -65,6 +69,9 @@ struct LayerRotations {
   std::vector<float> k_clip, v_clip;                // [n_kv_heads]
   std::vector<float> k_mean;  // [n_kv_heads, d] when keys are centred, else {}
   std::vector<float> v_mean;  // [n_kv_heads, d] when values are centred, else {}
+  // [n_kv_heads, d] when keys are smoothed (v2), else {}: keys are stored as ((k - k_mean) / s) R_K
+  // and queries enter as (q * s) R_K.
+  std::vector<float> k_smooth;
 };
 
 struct Bundle {
@@ -96,6 +103,10 @@ Bundle read_bundle(const std::string& path);
 
 // The manifest as JSON text (what `__metadata__["oscar"]` holds).
 std::string bundle_manifest_json(const Bundle& bundle, int indent = -1);
+
+// The format version the bundle's content needs (1, or 2 when keys are smoothed): what
+// write_bundle writes, and what a bundle read from a file was.
+int bundle_format_version(const Bundle& bundle);
 
 // sha256 over the tensors in ascending name order: for each, its name, a NUL byte, then its raw
 // little-endian bytes. Independent of the file layout, so it identifies the content.

@@ -25,6 +25,11 @@ struct RotationOptions {
   Composition composition = Composition::kRHPbr;
   bool center_keys = false;
   bool center_values = false;  // store per-head value means (exact: rows of softmax sum to 1)
+  // Key smoothing strength alpha (0: off). Keys are divided per channel by s and queries multiplied
+  // by it, which leaves every logit q . k unchanged; s_c = (sigma_k,c / sigma_q,c)^alpha,
+  // normalised to geometric mean 1, and C_Q is rotated in the smoothed basis (S C_Q S). alpha = 0.5
+  // minimises tr(S C_Q S) tr(S^-1 C_K S^-1), the logit error of an isotropic per-token quantizer.
+  double smooth_keys = 0.0;
   double clip_k = 0.96, clip_v = 0.92;
   EigenBackend eigen_backend = EigenBackend::kAuto;
 };
@@ -43,15 +48,22 @@ struct HeadSummary {
 
 struct RotationResult {
   // Per layer, float64 on the statistics' device: rotations [Hkv, d, d], eigenvalues [Hkv, d]
-  // (descending), key means [Hkv, d]. Kept in full precision for evaluation and tests; the bundle
-  // holds them as float32.
-  std::vector<torch::Tensor> k_rotation, v_rotation, k_eigenvalues, v_eigenvalues, k_mean, v_mean;
+  // (descending), key means [Hkv, d], key smoothing scales [Hkv, d] (undefined when off). Kept in
+  // full precision for evaluation and tests; the bundle holds them as float32.
+  std::vector<torch::Tensor> k_rotation, v_rotation, k_eigenvalues, v_eigenvalues, k_mean, v_mean,
+      k_smooth;
   std::vector<HeadSummary> heads;
   std::string eigen_backend;  // the backend that actually ran
 };
 
-// The covariances the method decomposes, [L * Hkv, d, d] float64 (layer-major), after grouping.
-torch::Tensor key_covariances(const KvStatistics& stats, Grouping grouping);
+// Key smoothing scales of one layer, [Hkv, d] float64 (see RotationOptions::smooth_keys); with
+// layer grouping every head gets the same scales.
+torch::Tensor key_smoothing_scales(const KvStatistics& stats, std::int64_t layer,
+                                   const RotationOptions& options);
+
+// The covariances the method decomposes, [L * Hkv, d, d] float64 (layer-major), after grouping;
+// C_Q is taken in the smoothed basis S C_Q S when options.smooth_keys > 0.
+torch::Tensor key_covariances(const KvStatistics& stats, const RotationOptions& options);
 torch::Tensor value_covariances(const KvStatistics& stats, Grouping grouping,
                                 ValueObjective objective);
 

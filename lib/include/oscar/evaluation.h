@@ -33,8 +33,10 @@ struct QuantMethod {
   std::int64_t kivi_block = 128;      // KIVI: tokens per key channel group
   double k_clip = 1.0, v_clip = 1.0;  // uniform clip ratios (naive, hadamard, kivi)
   // kRotation / kHadamard: per layer [Hkv, d, d] float32 rotations (x_rot = x R), clip ratios
-  // [Hkv] and, with centred keys, key means [Hkv, d]; on the evaluation device.
-  std::vector<torch::Tensor> k_rotation, v_rotation, k_clips, v_clips, k_mean, v_mean;
+  // [Hkv] and, with centred keys, key means [Hkv, d], with smoothed keys the per-channel scales
+  // [Hkv, d] (k' = (k - mean) / s is what gets rotated; queries see q * s); on the evaluation
+  // device.
+  std::vector<torch::Tensor> k_rotation, v_rotation, k_clips, v_clips, k_mean, v_mean, k_smooth;
   // Diagnostics: quantize only one of the two (the other stays bf16).
   bool quantize_keys = true, quantize_values = true;
   std::string description;

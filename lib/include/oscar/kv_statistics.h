@@ -36,6 +36,7 @@ struct StatsProvenance {
 //   q_sum  = sum over the group's query rows of q^T q          [Hkv, d, d]
 //   o_sum  = sum over the group's attention-output rows o^T o  [Hkv, d, d]
 //   k_sum, v_sum = sums of key and value rows                 [Hkv, d]
+//   k_sq_sum = per-channel sums of squared keys                [Hkv, d]
 // and the row counts. The key-weighted value proxy needs the final C_Q, so it takes a second pass
 // (begin_keyweight_pass) that accumulates kw_sum = sum w_t v_t^T v_t [Hkv, d, d] and w_sum [Hkv].
 class KvStatistics : public AttentionObserver {
@@ -60,6 +61,9 @@ class KvStatistics : public AttentionObserver {
   torch::Tensor keyweight_value_covariance(std::int64_t layer) const;
   torch::Tensor key_mean(std::int64_t layer) const;
   torch::Tensor value_mean(std::int64_t layer) const;
+  // Per-channel key statistics [Hkv, d]: E[k_c^2] and Var[k_c] (for key smoothing).
+  torch::Tensor key_channel_second_moment(std::int64_t layer) const;
+  torch::Tensor key_channel_variance(std::int64_t layer) const;
 
   // Raises oscar::Error naming the first layer whose sums hold NaN or Inf (non-finite activations).
   void check_finite() const;
@@ -82,7 +86,7 @@ class KvStatistics : public AttentionObserver {
 
  private:
   struct Layer {
-    torch::Tensor q_sum, o_sum, k_sum, v_sum, kw_sum, w_sum;
+    torch::Tensor q_sum, o_sum, k_sum, k_sq_sum, v_sum, kw_sum, w_sum;
     torch::Tensor weight_cq;  // frozen C_Q for the key-weighted pass
   };
   std::int64_t num_layers_, num_heads_, num_kv_heads_, head_dim_;
