@@ -37,13 +37,20 @@ def manifest(path):
         return json.loads(json.loads(f.read(n))["__metadata__"]["oscar"])
 a, b = manifest(sys.argv[1]), manifest(sys.argv[2])
 assert a["tensor_sha256"] == b["tensor_sha256"], "two runs differ"
-assert a["format"] == "oscar-rotation-bundle" and a["format_version"] == 1
+# The default (centred, smoothed keys) is a version-2 bundle.
+assert a["format"] == "oscar-rotation-bundle" and a["format_version"] == 2
+assert a["calibration"]["center_keys"] and a["calibration"]["smooth_keys"] == 0.5
 assert a["calibration"]["dataset_name"] == "oscar-stories-v1.txt", a["calibration"]
 report = json.load(open(sys.argv[3]))
 assert report["orthogonality_error"]["k"] < 1e-6 and report["orthogonality_error"]["v"] < 1e-6
 assert len(report["heads"]) == 5 * 4
 PY
 check reproducible $?
+# The paper's plain method (no centring, no smoothing) stays a version-1 bundle.
+$calibrate "${common[@]}" --no-center-keys --smooth-keys 0 --out "$tmp/plain.safetensors" >/dev/null &&
+  $bundle inspect "$tmp/plain.safetensors" | grep -q "format v1" &&
+  $bundle inspect "$tmp/a.safetensors" | grep -q "key smoothing alpha 0.50"
+check "plain method writes v1" $?
 
 # Clip search: per-head ratios from the grid, recorded as such in the manifest.
 $calibrate "${common[@]}" --clip-search --sink 4 --recent 32 --out "$tmp/search.safetensors" \

@@ -1,0 +1,368 @@
+// oscar-bench: decode attention over the paged INT2 cache vs the same kernel over an all-BF16
+// cache, against the card's measured copy bandwidth, plus demotion (quantize-and-pack) throughput.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "oscar/kernels/cuda_check.h"
+#include "oscar/kernels/int2_cache.h"
+
+namespace {
+
+using namespace oscar::kernels;
+
+struct Options {
+  std::vector<int> contexts = {4096, 16384, 32768, 131072};
+  std::vector<int> batches = {1, 8, 32};
+  int q_heads = 32, kv_heads = 8, head_dim = 128, page_size = 16, sink = 64, recent = 256;
+  int iters = 20;
+  int layers = 36;           // Qwen3-8B: for the whole-model memory figure
+  double budget_gib = 40.0;  // fixed KV memory budget for the largest batch at 128K
+  std::string json_path;
+};
+
+[[noreturn]] void die(const std::string& what) {
+  std::cerr << "oscar-bench: " << what << ": " << last_error_message() << "\n";
+  std::exit(1);
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::cerr << "oscar-bench: " << what << ": " << cudaGetErrorString(e) << "\n";
+    std::exit(1);
+  }
+}
+
+struct Buffer {
+  void* ptr = nullptr;
+  explicit Buffer(std::size_t bytes) {
+    check(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), "cudaMalloc");
+  }
+  ~Buffer() { cudaFree(ptr); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+};
+
+// Fills a buffer with bf16 values of N(0, 1) (or random bytes): the kernels' speed does not depend
+// on the values, but NaN-free data keeps the softmax honest.
+void fill_bf16(Buffer& b, std::size_t count, std::mt19937& rng) {
+  std::vector<std::uint16_t> host(std::min<std::size_t>(count, 1 << 20));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& h : host) {
+    float v = normal(rng);
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    h = static_cast<std::uint16_t>(bits >> 16);
+  }
+  for (std::size_t off = 0; off < count; off += host.size()) {
+    const std::size_t n = std::min(host.size(), count - off);
+    check(cudaMemcpy(b.as<std::uint16_t>() + off, host.data(), n * 2, cudaMemcpyHostToDevice),
+          "fill");
+  }
+}
+
+// Median time in microseconds of `fn` over `iters` runs (events around each run).
+template <typename Fn>
+double time_us(Fn&& fn, int iters) {
+  for (int i = 0; i < 3; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(start);
+    fn();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0.0f;
+    cudaEventElapsedTime(&t, start, stop);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2];
+}
+
+double copy_bandwidth_gbs(int iters) {
+  const std::size_t bytes = std::size_t(2) << 30;
+  Buffer a(bytes), b(bytes);
+  check(cudaMemset(a.ptr, 1, bytes), "memset");
+  const double us =
+      time_us([&] { cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice); }, iters);
+  return 2.0 * static_cast<double>(bytes) / (us * 1e3);  // read + write, GB/s
+}
+
+struct Row {
+  std::string kind;
+  int batch, context;
+  double us, bytes, gbs;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Decode attention speed: INT2 paged cache vs BF16, against copy bandwidth"};
+  app.add_option("--contexts", o.contexts, "Context lengths")->delimiter(',');
+  app.add_option("--batches", o.batches, "Batch sizes")->delimiter(',');
+  app.add_option("--q-heads", o.q_heads, "Query heads")->default_val(32);
+  app.add_option("--kv-heads", o.kv_heads, "KV heads")->default_val(8);
+  app.add_option("--head-dim", o.head_dim, "head_dim (64, 128, 256)")->default_val(128);
+  app.add_option("--page-size", o.page_size, "Tokens per page (8 or 16)")->default_val(16);
+  app.add_option("--sink", o.sink, "S0: BF16 sink tokens of the INT2 cache")->default_val(64);
+  app.add_option("--recent", o.recent, "W: BF16 recent tokens of the INT2 cache")->default_val(256);
+  app.add_option("--iters", o.iters, "Timed runs per point (median reported)")->default_val(20);
+  app.add_option("--layers", o.layers, "Layers of the model for the memory figure")
+      ->default_val(36);
+  app.add_option("--budget-gib", o.budget_gib, "KV memory budget for the largest-batch figure")
+      ->default_val(40.0);
+  app.add_option("--json", o.json_path, "Write the results as JSON");
+  CLI11_PARSE(app, argc, argv);
+  if (cuda_device_count() == 0) {
+    std::cerr << "oscar-bench: no CUDA device; this benchmark needs a GPU\n";
+    return 1;
+  }
+  DeviceInfo info;
+  cuda_device_info(0, &info);
+  const int d = o.head_dim, ps = o.page_size, hkv = o.kv_heads, hq = o.q_heads;
+  std::mt19937 rng(1);
+
+  const double copy_gbs = copy_bandwidth_gbs(o.iters);
+  fmt::print("device {} ({} SMs); copy bandwidth {:.0f} GB/s (cudaMemcpy D2D, read + write)\n",
+             info.name, info.multiprocessors, copy_gbs);
+  fmt::print(
+      "shape: {} q heads, {} KV heads, head_dim {}, page {}, INT2 cache: sink {} + recent {} "
+      "BF16\n\n",
+      hq, hkv, d, ps, o.sink, o.recent);
+  fmt::print("{:>6} {:>8}  {:>12} {:>9} {:>12} {:>9}  {:>8}\n", "batch", "context", "bf16 us",
+             "bf16 GB/s", "int2 us", "int2 GB/s", "speedup");
+
+  std::vector<Row> rows;
+  nlohmann::json points = nlohmann::json::array();
+  for (int batch : o.batches) {
+    for (int context : o.contexts) {
+      const int pages_all = (context + ps - 1) / ps;
+      const int sink_pages = (o.sink + ps - 1) / ps, recent_pages = (o.recent + ps - 1) / ps;
+      const int int2_tokens = std::max(0, context - o.sink - o.recent);
+      const int int2_pages = (int2_tokens + ps - 1) / ps;
+      const std::size_t bf16_row = static_cast<std::size_t>(d) * 2;
+      // BF16 cache: every token in BF16 pages.
+      const std::size_t bf16_pool_rows = static_cast<std::size_t>(batch) * pages_all * hkv * ps;
+      const std::size_t bf16_bytes = 2 * bf16_pool_rows * bf16_row;
+      if (bf16_bytes > (std::size_t(70) << 30)) {
+        fmt::print("{:>6} {:>8}  skipped: {:.1f} GiB of BF16 cache does not fit\n", batch, context,
+                   static_cast<double>(bf16_bytes) / (1 << 30));
+        continue;
+      }
+      double bf16_us = 0.0, int2_us = 0.0, bf16_read = 0.0, int2_read = 0.0;
+      Buffer q(static_cast<std::size_t>(batch) * hq * d * 2),
+          out(static_cast<std::size_t>(batch) * hq * d * 2);
+      fill_bf16(q, static_cast<std::size_t>(batch) * hq * d, rng);
+      {
+        Buffer k(bf16_pool_rows * bf16_row), v(bf16_pool_rows * bf16_row);
+        fill_bf16(k, bf16_pool_rows * d, rng);
+        fill_bf16(v, bf16_pool_rows * d, rng);
+        std::vector<std::int32_t> table(static_cast<std::size_t>(batch) * pages_all);
+        for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
+        std::vector<std::int32_t> zeros(batch, 0), lens(batch, context);
+        Buffer tab(table.size() * 4), z(batch * 4), l(batch * 4), dummy(64);
+        check(cudaMemcpy(tab.ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "copy");
+        check(cudaMemcpy(z.ptr, zeros.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
+        check(cudaMemcpy(l.ptr, lens.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
+        DecodeParams p;
+        p.batch = batch;
+        p.num_q_heads = hq;
+        p.num_kv_heads = hkv;
+        p.head_dim = d;
+        p.page_size = ps;
+        p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+        p.q = q.as<bf16_bits>();
+        p.k_bf16 = k.as<bf16_bits>();
+        p.v_bf16 = v.as<bf16_bits>();
+        p.k_codes = p.v_codes = dummy.as<std::uint8_t>();
+        p.k_scale_zero = p.v_scale_zero = dummy.as<bf16_bits>();
+        p.bf16_block_table = tab.as<std::int32_t>();
+        p.int2_block_table = tab.as<std::int32_t>();
+        p.bf16_table_stride = p.int2_table_stride = pages_all;
+        p.sink_len = z.as<std::int32_t>();
+        p.int2_len = z.as<std::int32_t>();
+        p.recent_len = l.as<std::int32_t>();
+        p.max_pages_per_sequence = pages_all;
+        p.out = out.as<bf16_bits>();
+        Buffer ws(decode_workspace_bytes(p));
+        p.workspace = ws.ptr;
+        p.workspace_bytes = decode_workspace_bytes(p);
+        if (decode_attention(p) != Status::kOk) die("bf16 decode");
+        bf16_us = time_us([&] { decode_attention(p); }, o.iters);
+        bf16_read = static_cast<double>(batch) * context * hkv * 2.0 * bf16_row;
+      }
+      {
+        // INT2 cache: sink and recent in BF16 pages, the rest in INT2 pages.
+        const std::size_t bpages = static_cast<std::size_t>(batch) * (sink_pages + recent_pages);
+        const std::size_t ipages = static_cast<std::size_t>(batch) * std::max(int2_pages, 1);
+        Buffer k(bpages * hkv * ps * bf16_row), v(bpages * hkv * ps * bf16_row);
+        fill_bf16(k, bpages * hkv * ps * d, rng);
+        fill_bf16(v, bpages * hkv * ps * d, rng);
+        const std::size_t irows = ipages * hkv * ps;
+        Buffer kc(irows * d / 4), vc(irows * d / 4), ksz(irows * 4), vsz(irows * 4);
+        check(cudaMemset(kc.ptr, 0x1b, irows * d / 4), "memset");
+        check(cudaMemset(vc.ptr, 0xe4, irows * d / 4), "memset");
+        fill_bf16(ksz, irows * 2, rng);
+        fill_bf16(vsz, irows * 2, rng);
+        const int bstride = sink_pages + recent_pages, istride = std::max(int2_pages, 1);
+        std::vector<std::int32_t> btab(static_cast<std::size_t>(batch) * bstride),
+            itab(static_cast<std::size_t>(batch) * istride);
+        for (std::size_t i = 0; i < btab.size(); ++i) btab[i] = static_cast<std::int32_t>(i);
+        for (std::size_t i = 0; i < itab.size(); ++i) itab[i] = static_cast<std::int32_t>(i);
+        const int sink_len = std::min(context, o.sink);
+        const int recent_len = std::min(context - sink_len, o.recent);
+        std::vector<std::int32_t> s(batch, sink_len), in(batch, int2_tokens), r(batch, recent_len);
+        Buffer bt(btab.size() * 4), it(itab.size() * 4), sd(batch * 4), id(batch * 4),
+            rd(batch * 4);
+        check(cudaMemcpy(bt.ptr, btab.data(), btab.size() * 4, cudaMemcpyHostToDevice), "copy");
+        check(cudaMemcpy(it.ptr, itab.data(), itab.size() * 4, cudaMemcpyHostToDevice), "copy");
+        check(cudaMemcpy(sd.ptr, s.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
+        check(cudaMemcpy(id.ptr, in.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
+        check(cudaMemcpy(rd.ptr, r.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
+        DecodeParams p;
+        p.batch = batch;
+        p.num_q_heads = hq;
+        p.num_kv_heads = hkv;
+        p.head_dim = d;
+        p.page_size = ps;
+        p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+        p.q = q.as<bf16_bits>();
+        p.k_bf16 = k.as<bf16_bits>();
+        p.v_bf16 = v.as<bf16_bits>();
+        p.k_codes = kc.as<std::uint8_t>();
+        p.v_codes = vc.as<std::uint8_t>();
+        p.k_scale_zero = ksz.as<bf16_bits>();
+        p.v_scale_zero = vsz.as<bf16_bits>();
+        p.bf16_block_table = bt.as<std::int32_t>();
+        p.int2_block_table = it.as<std::int32_t>();
+        p.bf16_table_stride = bstride;
+        p.int2_table_stride = istride;
+        p.sink_len = sd.as<std::int32_t>();
+        p.int2_len = id.as<std::int32_t>();
+        p.recent_len = rd.as<std::int32_t>();
+        p.max_pages_per_sequence = sink_pages + int2_pages + recent_pages;
+        p.out = out.as<bf16_bits>();
+        Buffer ws(decode_workspace_bytes(p));
+        p.workspace = ws.ptr;
+        p.workspace_bytes = decode_workspace_bytes(p);
+        if (decode_attention(p) != Status::kOk) die("int2 decode");
+        int2_us = time_us([&] { decode_attention(p); }, o.iters);
+        int2_read = static_cast<double>(batch) * hkv * 2.0 *
+                    (static_cast<double>(int2_tokens) * (d / 4 + 4) +
+                     static_cast<double>(sink_len + recent_len) * bf16_row);
+      }
+      const double bf16_gbs = bf16_read / (bf16_us * 1e3), int2_gbs = int2_read / (int2_us * 1e3);
+      fmt::print("{:>6} {:>8}  {:>12.1f} {:>9.0f} {:>12.1f} {:>9.0f}  {:>7.2f}x\n", batch, context,
+                 bf16_us, bf16_gbs, int2_us, int2_gbs, bf16_us / int2_us);
+      points.push_back({{"batch", batch},
+                        {"context", context},
+                        {"bf16_us", bf16_us},
+                        {"bf16_bytes", bf16_read},
+                        {"bf16_gbs", bf16_gbs},
+                        {"int2_us", int2_us},
+                        {"int2_bytes", int2_read},
+                        {"int2_gbs", int2_gbs},
+                        {"int2_fraction_of_copy", int2_gbs / copy_gbs},
+                        {"speedup_vs_own_bf16", bf16_us / int2_us}});
+    }
+  }
+
+  // Demotion (quantize-and-pack) throughput: many full pages of BF16 rows into INT2.
+  double demote_gbs = 0.0;
+  {
+    const int pages = 16384;
+    const std::size_t rows = static_cast<std::size_t>(pages) * hkv * ps;
+    Buffer k(rows * d * 2), v(rows * d * 2), kc(rows * d / 4), vc(rows * d / 4), ksz(rows * 4),
+        vsz(rows * 4), clip(hkv * 4), pairs(pages * 8);
+    fill_bf16(k, rows * d, rng);
+    fill_bf16(v, rows * d, rng);
+    std::vector<float> clips(hkv, 0.96f);
+    std::vector<std::int32_t> pp(static_cast<std::size_t>(pages) * 2);
+    for (int i = 0; i < pages; ++i) pp[2 * i] = pp[2 * i + 1] = i;
+    check(cudaMemcpy(clip.ptr, clips.data(), hkv * 4, cudaMemcpyHostToDevice), "copy");
+    check(cudaMemcpy(pairs.ptr, pp.data(), pp.size() * 4, cudaMemcpyHostToDevice), "copy");
+    DemotePagesParams p;
+    p.num_pages = pages;
+    p.num_kv_heads = hkv;
+    p.head_dim = d;
+    p.page_size = ps;
+    p.page_pairs = pairs.as<std::int32_t>();
+    p.k_bf16 = k.as<bf16_bits>();
+    p.v_bf16 = v.as<bf16_bits>();
+    p.k_clip = p.v_clip = clip.as<float>();
+    p.k_codes = kc.as<std::uint8_t>();
+    p.v_codes = vc.as<std::uint8_t>();
+    p.k_scale_zero = ksz.as<bf16_bits>();
+    p.v_scale_zero = vsz.as<bf16_bits>();
+    if (demote_pages(p) != Status::kOk) die("demote");
+    const double us = time_us([&] { demote_pages(p); }, o.iters);
+    const double bytes = 2.0 * static_cast<double>(rows) * (d * 2 + d / 4 + 4);
+    demote_gbs = bytes / (us * 1e3);
+    fmt::print(
+        "\ndemotion (quantize-and-pack) of {} pages x {} heads: {:.1f} us, {:.0f} GB/s "
+        "({:.0f}% of copy), {:.1f} M rows/s\n",
+        pages, hkv, us, demote_gbs, 100.0 * demote_gbs / copy_gbs,
+        2.0 * static_cast<double>(rows) / us);
+  }
+
+  // Memory: KV bytes per token per layer and the largest batch at 128K in the budget.
+  const double bf16_tok = 2.0 * hkv * d * 2.0;
+  const double int2_tok = 2.0 * hkv * (d / 4.0 + 4.0);
+  const int ctx = 131072;
+  const double int2_seq = int2_tok * (ctx - o.sink - o.recent) + bf16_tok * (o.sink + o.recent);
+  const double budget = o.budget_gib * (1 << 30);
+  fmt::print(
+      "\nKV bytes per token per layer: BF16 {:.0f}, INT2 {:.0f} ({:.2f}x fewer); at 128K "
+      "context per layer a sequence takes BF16 {:.1f} MiB, INT2 {:.1f} MiB\n",
+      bf16_tok, int2_tok, bf16_tok / int2_tok, bf16_tok * ctx / (1 << 20), int2_seq / (1 << 20));
+  const double bf16_seq_model = bf16_tok * ctx * o.layers, int2_seq_model = int2_seq * o.layers;
+  const long long bf16_fit = static_cast<long long>(budget / bf16_seq_model);
+  const long long int2_fit = static_cast<long long>(budget / int2_seq_model);
+  fmt::print(
+      "{} layers at 128K: BF16 {:.2f} GiB per sequence, INT2 {:.2f} GiB; in {:.0f} GiB of KV "
+      "memory: BF16 batch {}, INT2 batch {}\n",
+      o.layers, bf16_seq_model / (1 << 30), int2_seq_model / (1 << 30), o.budget_gib, bf16_fit,
+      int2_fit);
+  if (!o.json_path.empty()) {
+    nlohmann::json j{{"device", info.name},
+                     {"copy_bandwidth_gbs", copy_gbs},
+                     {"shape",
+                      {{"q_heads", hq},
+                       {"kv_heads", hkv},
+                       {"head_dim", d},
+                       {"page_size", ps},
+                       {"sink", o.sink},
+                       {"recent", o.recent}}},
+                     {"decode", points},
+                     {"demotion_gbs", demote_gbs},
+                     {"kv_bytes_per_token_layer", {{"bf16", bf16_tok}, {"int2", int2_tok}}},
+                     {"per_layer_bytes_128k", {{"bf16", bf16_tok * ctx}, {"int2", int2_seq}}},
+                     {"budget_gib", o.budget_gib},
+                     {"layers", o.layers},
+                     {"largest_batch_128k", {{"bf16", bf16_fit}, {"int2", int2_fit}}}};
+    std::ofstream(o.json_path) << j.dump(2) << "\n";
+  }
+  return 0;
+}

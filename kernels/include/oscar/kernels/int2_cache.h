@@ -1,0 +1,112 @@
+// Paged mixed-precision KV cache on the GPU: rotate-and-store, INT2 quantize-and-pack, demotion
+// of BF16 pages to INT2, and split-KV decode attention over BF16 and INT2 pages.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "oscar/kernels/device.h"
+
+// Layout (docs/int2-kernels.md). Every row in the cache is already rotated: keys as
+// ((k - k_mean) / k_smooth) R_K, values as (v - v_mean) R_V, so queries enter as (q * k_smooth) R_K
+// and the attention output comes out in the rotated value basis (the caller multiplies by R_V^T
+// and adds v_mean, or folds both into o_proj). Key centring needs nothing at decode time: it shifts
+// every logit of a query by the same q . k_mean, which softmax ignores.
+//
+//   BF16 page pool:  k_bf16, v_bf16   [num_bf16_pages, Hkv, page_size, d]      bf16
+//   INT2 page pool:  k_codes, v_codes [num_int2_pages, Hkv, page_size, d / 4]  uint8 (row format of
+//                                      docs/int2-format.md, group = d)
+//                    k_scale_zero, v_scale_zero [num_int2_pages, Hkv, page_size, 2] bf16 (scale,
+//                                      zero); a row dequantizes to (code - zero) * scale
+//
+// Per sequence b a cache holds, in token order: the sink (first S0 tokens, BF16), the INT2 history,
+// and the recent window (BF16). bf16_block_table[b] lists the sink's pages followed by the recent
+// window's pages; int2_block_table[b] lists the INT2 pages. The recent window starts on a page
+// boundary (its first page is bf16_block_table[b][ceil(sink_len[b] / page_size)]).
+namespace oscar::kernels {
+
+// bf16 values travel as their 16-bit patterns so this header needs no CUDA fp16 headers.
+using bf16_bits = std::uint16_t;
+
+// Rotates new K/V rows and stores them: rows whose bf16_slot is >= 0 go to the BF16 pool
+// (slot = page * page_size + offset), rows whose int2_slot is >= 0 are quantized into the INT2
+// pool. The rotated row is rounded to bf16 before quantization, so a row stored as BF16 and demoted
+// later gets exactly the codes it would have got here.
+struct StoreKvParams {
+  std::int64_t num_tokens = 0;
+  int num_kv_heads = 0, head_dim = 0, page_size = 0;
+  const bf16_bits* k = nullptr;  // [num_tokens, Hkv, d]
+  const bf16_bits* v = nullptr;
+  const float* k_rotation = nullptr;  // [Hkv, d, d], x_rot = x R
+  const float* v_rotation = nullptr;
+  const float* k_mean = nullptr;    // [Hkv, d] or null
+  const float* k_smooth = nullptr;  // [Hkv, d] or null
+  const float* v_mean = nullptr;    // [Hkv, d] or null
+  const float* k_clip = nullptr;    // [Hkv] clip ratios in (0, 1]
+  const float* v_clip = nullptr;
+  const std::int64_t* bf16_slot = nullptr;  // [num_tokens] or null
+  const std::int64_t* int2_slot = nullptr;  // [num_tokens] or null
+  bf16_bits* k_bf16 = nullptr;              // BF16 pool (needed when bf16_slot is given)
+  bf16_bits* v_bf16 = nullptr;
+  std::uint8_t* k_codes = nullptr;  // INT2 pool (needed when int2_slot is given)
+  std::uint8_t* v_codes = nullptr;
+  bf16_bits* k_scale_zero = nullptr;
+  bf16_bits* v_scale_zero = nullptr;
+  cudaStream_t stream = nullptr;
+};
+Status store_kv(const StoreKvParams& params);
+
+// Demotion: quantizes whole BF16 pages (already rotated rows) into INT2 pages, for every KV head;
+// page_pairs[2 i] is the source BF16 page, page_pairs[2 i + 1] the destination INT2 page.
+struct DemotePagesParams {
+  int num_pages = 0;
+  int num_kv_heads = 0, head_dim = 0, page_size = 0;
+  const std::int32_t* page_pairs = nullptr;  // device, [num_pages, 2]
+  const bf16_bits* k_bf16 = nullptr;
+  const bf16_bits* v_bf16 = nullptr;
+  const float* k_clip = nullptr;  // [Hkv]
+  const float* v_clip = nullptr;
+  std::uint8_t* k_codes = nullptr;
+  std::uint8_t* v_codes = nullptr;
+  bf16_bits* k_scale_zero = nullptr;
+  bf16_bits* v_scale_zero = nullptr;
+  cudaStream_t stream = nullptr;
+};
+Status demote_pages(const DemotePagesParams& params);
+
+// Decode attention, one query token per sequence: out[b, h] = softmax(scale * q K^T) V over the
+// sequence's sink, INT2 history and recent window, with fp32 accumulation. Split-KV: the pages of
+// one (sequence, KV head) are cut into num_splits contiguous ranges processed by separate blocks,
+// then merged by log-sum-exp; every KV head's pages are read once for all query heads of its GQA
+// group. head_dim 64, 128 or 256; Hq / Hkv of 1, 2, 4 or 8; page_size 8 or 16.
+struct DecodeParams {
+  int batch = 0, num_q_heads = 0, num_kv_heads = 0, head_dim = 0, page_size = 0;
+  float softmax_scale = 0.0f;
+  const bf16_bits* q = nullptr;  // [batch, Hq, d], rotated
+  const bf16_bits* k_bf16 = nullptr;
+  const bf16_bits* v_bf16 = nullptr;
+  const std::uint8_t* k_codes = nullptr;
+  const std::uint8_t* v_codes = nullptr;
+  const bf16_bits* k_scale_zero = nullptr;
+  const bf16_bits* v_scale_zero = nullptr;
+  const std::int32_t* bf16_block_table = nullptr;  // [batch, bf16_table_stride]
+  const std::int32_t* int2_block_table = nullptr;  // [batch, int2_table_stride]
+  int bf16_table_stride = 0, int2_table_stride = 0;
+  const std::int32_t* sink_len = nullptr;    // [batch]
+  const std::int32_t* int2_len = nullptr;    // [batch]
+  const std::int32_t* recent_len = nullptr;  // [batch]
+  int max_pages_per_sequence = 0;            // upper bound of all pages of any sequence
+  bf16_bits* out = nullptr;                  // [batch, Hq, d], rotated value basis
+  int num_splits = 0;                        // 0: chosen from the device and the shape
+  void* workspace = nullptr;                 // decode_workspace_bytes(params) bytes, device
+  std::size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+};
+// The split count decode_attention will use and the workspace it needs for it.
+int decode_num_splits(const DecodeParams& params);
+std::size_t decode_workspace_bytes(const DecodeParams& params);
+Status decode_attention(const DecodeParams& params);
+
+}  // namespace oscar::kernels

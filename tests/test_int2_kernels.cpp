@@ -1,0 +1,448 @@
+// INT2 cache kernels vs the plain C++ reference: store and demotion bit for bit, decode attention
+// within a stated tolerance over odd lengths, mixed batches, window extremes and GQA ratios.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "oscar/int2_cache_reference.h"
+#include "oscar/kernels/cuda_check.h"
+#include "oscar/kernels/int2_cache.h"
+
+namespace {
+
+using namespace oscar::kernels;
+namespace ref = oscar::int2;
+
+// Decode output vs the float64 reference over the same (dequantized) cache, relative to the largest
+// output magnitude: the kernel rounds its output to bf16 (<= 2^-9 = 0.002 relative) and accumulates
+// in float32 with exp2f (~1e-6); 0.008 leaves 4x margin over the rounding.
+constexpr double kDecodeTol = 8e-3;
+// Rotated rows on the GPU (fused multiply-adds, any order) vs the reference (plain float32 sums)
+// differ by float32 rounding before the bf16 rounding, so a value may land on the neighbouring
+// bf16: one bf16 step, 2^-7 relative to the row's largest magnitude.
+constexpr double kRotateTol = 1.0 / 128.0;
+
+bool have_gpu() { return cuda_device_count() > 0; }
+
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  std::size_t count = 0;
+  explicit DeviceBuffer(const std::vector<T>& host) : count(host.size()) {
+    EXPECT_EQ(
+        cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(1, count) * sizeof(T)),
+        cudaSuccess);
+    if (count > 0) cudaMemcpy(ptr, host.data(), count * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  explicit DeviceBuffer(std::size_t n) : count(n) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(1, n) * sizeof(T)),
+              cudaSuccess);
+    cudaMemset(ptr, 0, std::max<std::size_t>(1, n) * sizeof(T));
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  std::vector<T> download() const {
+    std::vector<T> host(count);
+    if (count > 0) cudaMemcpy(host.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost);
+    return host;
+  }
+};
+
+// Random rows with heavy-tailed outliers (a few channels 10x larger), rounded to bf16.
+std::vector<float> random_rows(std::int64_t rows, std::int64_t d, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(rows * d));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t e = 0; e < d; ++e) {
+      float v = normal(rng) * (e % 17 == 3 ? 10.0f : 1.0f);
+      x[static_cast<std::size_t>(r * d + e)] = ref::from_bf16_bits(ref::to_bf16_bits(v));
+    }
+  }
+  return x;
+}
+
+std::vector<std::uint16_t> to_bits(const std::vector<float>& x) {
+  std::vector<std::uint16_t> b(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) b[i] = ref::to_bf16_bits(x[i]);
+  return b;
+}
+
+// Orthonormal Walsh-Hadamard times random signs per row: an orthogonal matrix.
+std::vector<float> random_rotation(int heads, int d, std::mt19937& rng) {
+  std::vector<float> r(static_cast<std::size_t>(heads) * d * d);
+  const float norm = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int h = 0; h < heads; ++h) {
+    for (int i = 0; i < d; ++i) {
+      const float sign = (rng() & 1u) ? 1.0f : -1.0f;
+      for (int j = 0; j < d; ++j) {
+        const int parity = __builtin_popcount(static_cast<unsigned>(i & j)) & 1;
+        r[(static_cast<std::size_t>(h) * d + i) * d + j] = sign * (parity ? -norm : norm);
+      }
+    }
+  }
+  return r;
+}
+
+struct Shape {
+  int d, page_size;
+};
+
+class Int2Store : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Int2Store, DemotionIsBitExact) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const auto [d, ps] = GetParam();
+  const int heads = 3, pages = 5;
+  std::mt19937 rng(static_cast<unsigned>(d * 31 + ps));
+  const auto k = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
+  const auto v = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
+  const std::vector<float> k_clip = {0.96f, 1.0f, 0.8f}, v_clip = {0.92f, 0.5f, 1.0f};
+  // Source bf16 pages 0..4 go to INT2 pages in a scrambled order.
+  const std::vector<std::int32_t> pairs = {0, 3, 1, 0, 2, 4, 3, 1, 4, 2};
+  DeviceBuffer<std::uint16_t> kb(to_bits(k)), vb(to_bits(v));
+  DeviceBuffer<float> kc(k_clip), vc(v_clip);
+  DeviceBuffer<std::int32_t> pp(pairs);
+  const std::size_t rows = static_cast<std::size_t>(pages) * heads * ps;
+  DeviceBuffer<std::uint8_t> kcodes(rows * d / 4), vcodes(rows * d / 4);
+  DeviceBuffer<std::uint16_t> ksz(rows * 2), vsz(rows * 2);
+  DemotePagesParams p;
+  p.num_pages = pages;
+  p.num_kv_heads = heads;
+  p.head_dim = d;
+  p.page_size = ps;
+  p.page_pairs = pp.ptr;
+  p.k_bf16 = kb.ptr;
+  p.v_bf16 = vb.ptr;
+  p.k_clip = kc.ptr;
+  p.v_clip = vc.ptr;
+  p.k_codes = kcodes.ptr;
+  p.v_codes = vcodes.ptr;
+  p.k_scale_zero = ksz.ptr;
+  p.v_scale_zero = vsz.ptr;
+  ASSERT_EQ(demote_pages(p), Status::kOk) << last_error_message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto got_kc = kcodes.download(), got_vc = vcodes.download();
+  const auto got_ksz = ksz.download(), got_vsz = vsz.download();
+  std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
+  std::uint16_t sz[2];
+  for (int i = 0; i < pages; ++i) {
+    const int src = pairs[2 * i], dst = pairs[2 * i + 1];
+    for (int h = 0; h < heads; ++h) {
+      for (int t = 0; t < ps; ++t) {
+        const std::size_t src_row = (static_cast<std::size_t>(src) * heads + h) * ps + t;
+        const std::size_t dst_row = (static_cast<std::size_t>(dst) * heads + h) * ps + t;
+        for (int kv = 0; kv < 2; ++kv) {
+          const auto& x = kv == 0 ? k : v;
+          ref::quantize_cache_row(&x[src_row * d], d, (kv == 0 ? k_clip : v_clip)[h], packed.data(),
+                                  sz);
+          const auto& codes = kv == 0 ? got_kc : got_vc;
+          const auto& scale_zero = kv == 0 ? got_ksz : got_vsz;
+          ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + dst_row * d / 4))
+              << (kv == 0 ? "K" : "V") << " page " << src << " head " << h << " row " << t;
+          ASSERT_EQ(scale_zero[dst_row * 2], sz[0]);
+          ASSERT_EQ(scale_zero[dst_row * 2 + 1], sz[1]);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const auto [d, ps] = GetParam();
+  const int heads = 2, tokens = 2 * ps + 3;
+  std::mt19937 rng(static_cast<unsigned>(d + ps));
+  const auto k = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
+  const auto v = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
+  for (const bool identity : {true, false}) {
+    std::vector<float> rk = random_rotation(heads, d, rng), rv = random_rotation(heads, d, rng);
+    std::vector<float> k_mean(static_cast<std::size_t>(heads * d)), k_smooth(k_mean.size()),
+        v_mean(k_mean.size());
+    for (std::size_t i = 0; i < k_mean.size(); ++i) {
+      k_mean[i] = identity ? 0.0f : 0.25f * static_cast<float>(i % 5);
+      k_smooth[i] = identity ? 1.0f : 0.5f + 0.25f * static_cast<float>(i % 4);
+      v_mean[i] = identity ? 0.0f : -0.125f * static_cast<float>(i % 3);
+    }
+    if (identity) {
+      std::fill(rk.begin(), rk.end(), 0.0f);
+      for (int h = 0; h < heads; ++h) {
+        for (int i = 0; i < d; ++i) rk[(static_cast<std::size_t>(h) * d + i) * d + i] = 1.0f;
+      }
+      rv = rk;
+    }
+    // Every token goes to a bf16 slot (reversed order) and to an INT2 slot (shifted by 5).
+    const int pool_pages = (tokens + 5 + ps - 1) / ps;
+    std::vector<std::int64_t> bslot(tokens), islot(tokens);
+    for (int t = 0; t < tokens; ++t) {
+      bslot[t] = tokens - 1 - t;
+      islot[t] = t + 5;
+    }
+    const std::vector<float> clips = {0.96f, 0.9f};
+    DeviceBuffer<std::uint16_t> kd(to_bits(k)), vd(to_bits(v));
+    DeviceBuffer<float> rkd(rk), rvd(rv), kmd(k_mean), ksd(k_smooth), vmd(v_mean), kc(clips),
+        vc(clips);
+    DeviceBuffer<std::int64_t> bs(bslot), is(islot);
+    const std::size_t pool_rows = static_cast<std::size_t>(pool_pages) * heads * ps;
+    DeviceBuffer<std::uint16_t> kb(pool_rows * d), vb(pool_rows * d), ksz(pool_rows * 2),
+        vsz(pool_rows * 2);
+    DeviceBuffer<std::uint8_t> kcodes(pool_rows * d / 4), vcodes(pool_rows * d / 4);
+    StoreKvParams p;
+    p.num_tokens = tokens;
+    p.num_kv_heads = heads;
+    p.head_dim = d;
+    p.page_size = ps;
+    p.k = kd.ptr;
+    p.v = vd.ptr;
+    p.k_rotation = rkd.ptr;
+    p.v_rotation = rvd.ptr;
+    p.k_mean = kmd.ptr;
+    p.k_smooth = ksd.ptr;
+    p.v_mean = vmd.ptr;
+    p.k_clip = kc.ptr;
+    p.v_clip = vc.ptr;
+    p.bf16_slot = bs.ptr;
+    p.int2_slot = is.ptr;
+    p.k_bf16 = kb.ptr;
+    p.v_bf16 = vb.ptr;
+    p.k_codes = kcodes.ptr;
+    p.v_codes = vcodes.ptr;
+    p.k_scale_zero = ksz.ptr;
+    p.v_scale_zero = vsz.ptr;
+    ASSERT_EQ(store_kv(p), Status::kOk) << last_error_message();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got_kb = kb.download(), got_vb = vb.download();
+    const auto got_kc = kcodes.download(), got_vc = vcodes.download();
+    const auto got_ksz = ksz.download(), got_vsz = vsz.download();
+    std::vector<float> rotated(static_cast<std::size_t>(d)), stored(static_cast<std::size_t>(d));
+    std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
+    std::uint16_t sz[2];
+    for (int t = 0; t < tokens; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        for (int kv = 0; kv < 2; ++kv) {
+          const float* x = &(kv == 0 ? k : v)[(static_cast<std::size_t>(t) * heads + h) * d];
+          const float* mean = &(kv == 0 ? k_mean : v_mean)[static_cast<std::size_t>(h) * d];
+          const float* smooth = kv == 0 ? &k_smooth[static_cast<std::size_t>(h) * d] : nullptr;
+          ref::rotate_row(x, mean, smooth,
+                          &(kv == 0 ? rk : rv)[static_cast<std::size_t>(h) * d * d], d,
+                          rotated.data());
+          const std::int64_t b = bslot[t], s = islot[t];
+          const std::size_t brow = (static_cast<std::size_t>(b / ps) * heads + h) * ps + b % ps;
+          const std::size_t irow = (static_cast<std::size_t>(s / ps) * heads + h) * ps + s % ps;
+          const auto& bf = kv == 0 ? got_kb : got_vb;
+          float max_abs = 0.0f, max_err = 0.0f;
+          for (int e = 0; e < d; ++e) {
+            stored[e] = ref::from_bf16_bits(bf[brow * d + e]);
+            max_abs = std::max(max_abs, std::abs(rotated[e]));
+            max_err = std::max(max_err, std::abs(stored[e] - rotated[e]));
+          }
+          if (identity) {
+            ASSERT_EQ(max_err, 0.0f) << "identity rotation must store the row unchanged";
+          } else {
+            ASSERT_LE(max_err, kRotateTol * max_abs) << "token " << t << " head " << h;
+          }
+          // The INT2 row is the reference quantization of the bf16 row the kernel stored.
+          ref::quantize_cache_row(stored.data(), d, clips[h], packed.data(), sz);
+          const auto& codes = kv == 0 ? got_kc : got_vc;
+          const auto& scale_zero = kv == 0 ? got_ksz : got_vsz;
+          ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + irow * d / 4));
+          ASSERT_EQ(scale_zero[irow * 2], sz[0]);
+          ASSERT_EQ(scale_zero[irow * 2 + 1], sz[1]);
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Int2Store,
+                         ::testing::Values(Shape{64, 8}, Shape{64, 16}, Shape{128, 8},
+                                           Shape{128, 16}, Shape{256, 8}, Shape{256, 16}));
+
+// A batch of sequences in a paged mixed cache built on the host, its decode on the GPU, and the
+// float64 reference over the same dequantized rows.
+struct DecodeCase {
+  int d, page_size, group;
+  std::vector<std::array<int, 3>> lengths;  // per sequence: sink, int2, recent
+  int num_splits = 0;
+};
+
+void run_decode_case(const DecodeCase& c) {
+  const int d = c.d, ps = c.page_size, hkv = 2, hq = hkv * c.group;
+  const int batch = static_cast<int>(c.lengths.size());
+  std::mt19937 rng(static_cast<unsigned>(d * 7 + ps * 3 + c.group + batch));
+  std::vector<std::vector<std::int32_t>> bf16_pages(batch), int2_pages(batch);
+  int n_bf16 = 0, n_int2 = 0, max_pages = 0;
+  for (int b = 0; b < batch; ++b) {
+    const auto [s, i, r] = c.lengths[b];
+    const int sp = (s + ps - 1) / ps, ip = (i + ps - 1) / ps, rp = (r + ps - 1) / ps;
+    for (int j = 0; j < sp + rp; ++j) bf16_pages[b].push_back(n_bf16++);
+    for (int j = 0; j < ip; ++j) int2_pages[b].push_back(n_int2++);
+    max_pages = std::max(max_pages, sp + ip + rp);
+  }
+  // Scatter: reverse the page ids so that table order and pool order differ.
+  for (auto& t : bf16_pages)
+    for (auto& x : t) x = n_bf16 - 1 - x;
+  for (auto& t : int2_pages)
+    for (auto& x : t) x = n_int2 - 1 - x;
+  const std::size_t brows = static_cast<std::size_t>(std::max(n_bf16, 1)) * hkv * ps;
+  const std::size_t irows = static_cast<std::size_t>(std::max(n_int2, 1)) * hkv * ps;
+  const auto kb = random_rows(static_cast<std::int64_t>(brows), d, rng);
+  const auto vb = random_rows(static_cast<std::int64_t>(brows), d, rng);
+  std::vector<std::uint8_t> kcodes(irows * d / 4), vcodes(irows * d / 4);
+  std::vector<std::uint16_t> ksz(irows * 2), vsz(irows * 2);
+  {
+    const auto ki = random_rows(static_cast<std::int64_t>(irows), d, rng);
+    const auto vi = random_rows(static_cast<std::int64_t>(irows), d, rng);
+    for (std::size_t row = 0; row < irows; ++row) {
+      ref::quantize_cache_row(&ki[row * d], d, 0.96f, &kcodes[row * d / 4], &ksz[row * 2]);
+      ref::quantize_cache_row(&vi[row * d], d, 0.92f, &vcodes[row * d / 4], &vsz[row * 2]);
+    }
+  }
+  const auto q = random_rows(static_cast<std::int64_t>(batch) * hq, d, rng);
+  const int bstride = std::max(1, max_pages), istride = std::max(1, max_pages);
+  std::vector<std::int32_t> btab(static_cast<std::size_t>(batch) * bstride, -1),
+      itab(static_cast<std::size_t>(batch) * istride, -1), sink(batch), int2(batch), recent(batch);
+  for (int b = 0; b < batch; ++b) {
+    std::copy(bf16_pages[b].begin(), bf16_pages[b].end(), btab.begin() + b * bstride);
+    std::copy(int2_pages[b].begin(), int2_pages[b].end(), itab.begin() + b * istride);
+    sink[b] = c.lengths[b][0];
+    int2[b] = c.lengths[b][1];
+    recent[b] = c.lengths[b][2];
+  }
+  DeviceBuffer<std::uint16_t> qd(to_bits(q)), kbd(to_bits(kb)), vbd(to_bits(vb)), kszd(ksz),
+      vszd(vsz), out(static_cast<std::size_t>(batch) * hq * d);
+  DeviceBuffer<std::uint8_t> kcd(kcodes), vcd(vcodes);
+  DeviceBuffer<std::int32_t> btd(btab), itd(itab), sd(sink), id(int2), rd(recent);
+  DecodeParams p;
+  p.batch = batch;
+  p.num_q_heads = hq;
+  p.num_kv_heads = hkv;
+  p.head_dim = d;
+  p.page_size = ps;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.q = qd.ptr;
+  p.k_bf16 = kbd.ptr;
+  p.v_bf16 = vbd.ptr;
+  p.k_codes = kcd.ptr;
+  p.v_codes = vcd.ptr;
+  p.k_scale_zero = kszd.ptr;
+  p.v_scale_zero = vszd.ptr;
+  p.bf16_block_table = btd.ptr;
+  p.int2_block_table = itd.ptr;
+  p.bf16_table_stride = bstride;
+  p.int2_table_stride = istride;
+  p.sink_len = sd.ptr;
+  p.int2_len = id.ptr;
+  p.recent_len = rd.ptr;
+  p.max_pages_per_sequence = max_pages;
+  p.out = out.ptr;
+  p.num_splits = c.num_splits;
+  DeviceBuffer<std::uint8_t> ws(decode_workspace_bytes(p));
+  p.workspace = ws.ptr;
+  p.workspace_bytes = ws.count;
+  ASSERT_EQ(decode_attention(p), Status::kOk) << last_error_message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto got = out.download();
+
+  for (int b = 0; b < batch; ++b) {
+    const auto [s, i, r] = c.lengths[b];
+    const int sp = (s + ps - 1) / ps;
+    for (int h = 0; h < hkv; ++h) {
+      // The sequence's rows in token order: sink, INT2 (dequantized), recent.
+      std::vector<float> keys, values, row(static_cast<std::size_t>(d));
+      auto add_bf16 = [&](int page, int t) {
+        const std::size_t idx = ((static_cast<std::size_t>(page) * hkv + h) * ps + t) * d;
+        keys.insert(keys.end(), kb.begin() + idx, kb.begin() + idx + d);
+        values.insert(values.end(), vb.begin() + idx, vb.begin() + idx + d);
+      };
+      for (int t = 0; t < s; ++t) add_bf16(bf16_pages[b][t / ps], t % ps);
+      for (int t = 0; t < i; ++t) {
+        const std::size_t idx =
+            (static_cast<std::size_t>(int2_pages[b][t / ps]) * hkv + h) * ps + t % ps;
+        ref::dequantize_cache_row(&kcodes[idx * d / 4], &ksz[idx * 2], d, row.data());
+        keys.insert(keys.end(), row.begin(), row.end());
+        ref::dequantize_cache_row(&vcodes[idx * d / 4], &vsz[idx * 2], d, row.data());
+        values.insert(values.end(), row.begin(), row.end());
+      }
+      for (int t = 0; t < r; ++t) add_bf16(bf16_pages[b][sp + t / ps], t % ps);
+      std::vector<double> expected(static_cast<std::size_t>(c.group) * d);
+      ref::attention_reference(&q[(static_cast<std::size_t>(b) * hq + h * c.group) * d], c.group,
+                               keys.data(), values.data(), s + i + r, d, p.softmax_scale,
+                               expected.data());
+      double max_ref = 1e-30, max_err = 0.0;
+      for (std::size_t e = 0; e < expected.size(); ++e) {
+        const float g =
+            ref::from_bf16_bits(got[(static_cast<std::size_t>(b) * hq + h * c.group) * d + e]);
+        max_ref = std::max(max_ref, std::abs(expected[e]));
+        max_err = std::max(max_err, std::abs(g - expected[e]));
+      }
+      if (s + i + r == 0) {
+        EXPECT_EQ(max_err, 0.0) << "an empty sequence must give zeros";
+      } else {
+        EXPECT_LE(max_err, kDecodeTol * max_ref)
+            << "d " << d << " page " << ps << " group " << c.group << " sequence " << b << " (sink "
+            << s << ", int2 " << i << ", recent " << r << ") KV head " << h;
+      }
+    }
+  }
+}
+
+TEST(Int2Decode, MatchesReferenceAcrossShapesLengthsAndWindows) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  // Odd totals 1, 7, 8, 9 and 4097; windows empty (all INT2) or covering everything (all BF16).
+  const std::vector<std::array<int, 3>> mixed = {{1, 0, 0},       {4, 3, 0},  {0, 8, 0}, {4, 0, 5},
+                                                 {64, 3777, 256}, {0, 0, 37}, {0, 41, 0}};
+  for (int d : {64, 128, 256}) {
+    for (int ps : {8, 16}) {
+      for (int group : {1, 2, 4, 8}) {
+        SCOPED_TRACE(::testing::Message() << "d " << d << " page " << ps << " group " << group);
+        run_decode_case({d, ps, group, mixed});
+      }
+    }
+  }
+}
+
+TEST(Int2Decode, SplitCountDoesNotChangeTheResult) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<std::array<int, 3>> lengths = {{64, 4000, 256}, {3, 100, 20}};
+  for (int splits : {1, 2, 7, 64, 1000}) {
+    SCOPED_TRACE(::testing::Message() << splits << " splits");
+    run_decode_case({128, 16, 4, lengths, splits});
+  }
+}
+
+TEST(Int2Decode, EmptySequenceGivesZeros) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  run_decode_case({128, 16, 4, {{0, 0, 0}, {2, 16, 3}}});
+}
+
+TEST(Int2Kernels, RejectBadArguments) {
+  DecodeParams p;
+  EXPECT_EQ(decode_attention(p), Status::kInvalidArgument);
+  p.batch = 1;
+  p.num_q_heads = 12;
+  p.num_kv_heads = 4;
+  p.head_dim = 128;
+  p.page_size = 16;
+  EXPECT_EQ(decode_attention(p), Status::kUnsupported);  // GQA ratio 3
+  p.num_q_heads = 8;
+  p.head_dim = 96;
+  EXPECT_EQ(decode_attention(p), Status::kInvalidArgument);
+  StoreKvParams s;
+  s.num_kv_heads = 1;
+  s.head_dim = 128;
+  s.page_size = 12;
+  EXPECT_EQ(store_kv(s), Status::kInvalidArgument);
+  DemotePagesParams dp;
+  EXPECT_EQ(demote_pages(dp), Status::kInvalidArgument);
+  EXPECT_NE(std::string(last_error_message()), "");
+}
+
+}  // namespace
