@@ -109,11 +109,18 @@ double copy_bandwidth_gbs(int iters) {
   return 2.0 * static_cast<double>(bytes) / (us * 1e3);  // read + write, GB/s
 }
 
-struct Row {
-  std::string kind;
-  int batch, context;
-  double us, bytes, gbs;
-};
+// The decode parameters both cache kinds share.
+DecodeParams base_params(int batch, int hq, int hkv, int d, int ps, const bf16_bits* q) {
+  DecodeParams p;
+  p.batch = batch;
+  p.num_q_heads = hq;
+  p.num_kv_heads = hkv;
+  p.head_dim = d;
+  p.page_size = ps;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.q = q;
+  return p;
+}
 
 }  // namespace
 
@@ -154,7 +161,6 @@ int main(int argc, char** argv) {
   fmt::print("{:>6} {:>8}  {:>12} {:>9} {:>12} {:>9}  {:>8}\n", "batch", "context", "bf16 us",
              "bf16 GB/s", "int2 us", "int2 GB/s", "speedup");
 
-  std::vector<Row> rows;
   nlohmann::json points = nlohmann::json::array();
   for (int batch : o.batches) {
     for (int context : o.contexts) {
@@ -186,14 +192,7 @@ int main(int argc, char** argv) {
         check(cudaMemcpy(tab.ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "copy");
         check(cudaMemcpy(z.ptr, zeros.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
         check(cudaMemcpy(l.ptr, lens.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
-        DecodeParams p;
-        p.batch = batch;
-        p.num_q_heads = hq;
-        p.num_kv_heads = hkv;
-        p.head_dim = d;
-        p.page_size = ps;
-        p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
-        p.q = q.as<bf16_bits>();
+        DecodeParams p = base_params(batch, hq, hkv, d, ps, q.as<bf16_bits>());
         p.k_bf16 = k.as<bf16_bits>();
         p.v_bf16 = v.as<bf16_bits>();
         p.k_codes = p.v_codes = dummy.as<std::uint8_t>();
@@ -241,14 +240,7 @@ int main(int argc, char** argv) {
         check(cudaMemcpy(sd.ptr, s.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
         check(cudaMemcpy(id.ptr, in.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
         check(cudaMemcpy(rd.ptr, r.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
-        DecodeParams p;
-        p.batch = batch;
-        p.num_q_heads = hq;
-        p.num_kv_heads = hkv;
-        p.head_dim = d;
-        p.page_size = ps;
-        p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
-        p.q = q.as<bf16_bits>();
+        DecodeParams p = base_params(batch, hq, hkv, d, ps, q.as<bf16_bits>());
         p.k_bf16 = k.as<bf16_bits>();
         p.v_bf16 = v.as<bf16_bits>();
         p.k_codes = kc.as<std::uint8_t>();
