@@ -271,6 +271,7 @@ struct DecodeCase {
   int d, page_size, group;
   std::vector<std::array<int, 3>> lengths;  // per sequence: sink, int2, recent
   int num_splits = 0;
+  DecodePath path = DecodePath::kAuto;
 };
 
 void run_decode_case(const DecodeCase& c) {
@@ -344,6 +345,7 @@ void run_decode_case(const DecodeCase& c) {
   p.max_pages_per_sequence = max_pages;
   p.out = out.ptr;
   p.num_splits = c.num_splits;
+  p.path = c.path;
   DeviceBuffer<std::uint8_t> ws(decode_workspace_bytes(p));
   p.workspace = ws.ptr;
   p.workspace_bytes = ws.count;
@@ -394,16 +396,26 @@ void run_decode_case(const DecodeCase& c) {
   }
 }
 
+const char* path_name(DecodePath path) {
+  return path == DecodePath::kSimt ? "simt" : "tensor-core";
+}
+
+// Both INT2 paths: the SIMT kernel over every page, and the tensor-core kernel over the INT2 tiles
+// with the SIMT kernel over the BF16 pages. The tensor-core path rounds queries and p * v_scale
+// to fp16 (2^-11 relative), far inside kDecodeTol.
 TEST(Int2Decode, MatchesReferenceAcrossShapesLengthsAndWindows) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   // Odd totals 1, 7, 8, 9 and 4097; windows empty (all INT2) or covering everything (all BF16).
   const std::vector<std::array<int, 3>> mixed = {{1, 0, 0},       {4, 3, 0},  {0, 8, 0}, {4, 0, 5},
                                                  {64, 3777, 256}, {0, 0, 37}, {0, 41, 0}};
-  for (int d : {64, 128, 256}) {
-    for (int ps : {8, 16}) {
-      for (int group : {1, 2, 4, 8}) {
-        SCOPED_TRACE(::testing::Message() << "d " << d << " page " << ps << " group " << group);
-        run_decode_case({d, ps, group, mixed});
+  for (DecodePath path : {DecodePath::kSimt, DecodePath::kTensorCore}) {
+    for (int d : {64, 128, 256}) {
+      for (int ps : {8, 16}) {
+        for (int group : {1, 2, 4, 8}) {
+          SCOPED_TRACE(::testing::Message()
+                       << path_name(path) << " d " << d << " page " << ps << " group " << group);
+          run_decode_case({d, ps, group, mixed, 0, path});
+        }
       }
     }
   }
@@ -412,15 +424,28 @@ TEST(Int2Decode, MatchesReferenceAcrossShapesLengthsAndWindows) {
 TEST(Int2Decode, SplitCountDoesNotChangeTheResult) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::vector<std::array<int, 3>> lengths = {{64, 4000, 256}, {3, 100, 20}};
-  for (int splits : {1, 2, 7, 64, 1000}) {
-    SCOPED_TRACE(::testing::Message() << splits << " splits");
-    run_decode_case({128, 16, 4, lengths, splits});
+  for (DecodePath path : {DecodePath::kSimt, DecodePath::kTensorCore}) {
+    for (int splits : {1, 2, 7, 64, 1000}) {
+      SCOPED_TRACE(::testing::Message() << path_name(path) << " " << splits << " splits");
+      run_decode_case({128, 16, 4, lengths, splits, path});
+    }
+  }
+}
+
+// Long histories: many tiles per warp, the online-softmax rescale across tiles and splits.
+TEST(Int2Decode, LongHistoryOnTensorCores) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (int ps : {8, 16}) {
+    SCOPED_TRACE(::testing::Message() << "page " << ps);
+    run_decode_case({128, ps, 4, {{64, 65521, 256}, {0, 30000, 0}}, 0, DecodePath::kTensorCore});
   }
 }
 
 TEST(Int2Decode, EmptySequenceGivesZeros) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  run_decode_case({128, 16, 4, {{0, 0, 0}, {2, 16, 3}}});
+  for (DecodePath path : {DecodePath::kSimt, DecodePath::kTensorCore}) {
+    run_decode_case({128, 16, 4, {{0, 0, 0}, {2, 16, 3}}, 0, path});
+  }
 }
 
 TEST(Int2Kernels, RejectBadArguments) {

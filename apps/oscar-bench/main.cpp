@@ -158,8 +158,8 @@ int main(int argc, char** argv) {
       "shape: {} q heads, {} KV heads, head_dim {}, page {}, INT2 cache: sink {} + recent {} "
       "BF16\n\n",
       hq, hkv, d, ps, o.sink, o.recent);
-  fmt::print("{:>6} {:>8}  {:>12} {:>9} {:>12} {:>9}  {:>8}\n", "batch", "context", "bf16 us",
-             "bf16 GB/s", "int2 us", "int2 GB/s", "speedup");
+  fmt::print("{:>6} {:>8}  {:>10} {:>9} {:>10} {:>9} {:>7}  {:>8} {:>12}\n", "batch", "context",
+             "bf16 us", "bf16 GB/s", "int2 us", "int2 GB/s", "of copy", "speedup", "int2 simt us");
 
   nlohmann::json points = nlohmann::json::array();
   for (int batch : o.batches) {
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
                    static_cast<double>(bf16_bytes) / (1 << 30));
         continue;
       }
-      double bf16_us = 0.0, int2_us = 0.0, bf16_read = 0.0, int2_read = 0.0;
+      double bf16_us = 0.0, int2_us = 0.0, int2_simt_us = 0.0, bf16_read = 0.0, int2_read = 0.0;
       Buffer q(static_cast<std::size_t>(batch) * hq * d * 2),
           out(static_cast<std::size_t>(batch) * hq * d * 2);
       fill_bf16(q, static_cast<std::size_t>(batch) * hq * d, rng);
@@ -205,6 +205,7 @@ int main(int argc, char** argv) {
         p.recent_len = l.as<std::int32_t>();
         p.max_pages_per_sequence = pages_all;
         p.out = out.as<bf16_bits>();
+        p.path = DecodePath::kSimt;  // no INT2 pages: the BF16 kernel alone
         Buffer ws(decode_workspace_bytes(p));
         p.workspace = ws.ptr;
         p.workspace_bytes = decode_workspace_bytes(p);
@@ -255,19 +256,30 @@ int main(int argc, char** argv) {
         p.int2_len = id.as<std::int32_t>();
         p.recent_len = rd.as<std::int32_t>();
         p.max_pages_per_sequence = sink_pages + int2_pages + recent_pages;
+        p.max_bf16_pages_per_sequence = sink_pages + recent_pages;
         p.out = out.as<bf16_bits>();
-        Buffer ws(decode_workspace_bytes(p));
+        DecodeParams simt = p;
+        simt.path = DecodePath::kSimt;
+        const std::size_t ws_bytes =
+            std::max(decode_workspace_bytes(p), decode_workspace_bytes(simt));
+        Buffer ws(ws_bytes);
         p.workspace = ws.ptr;
-        p.workspace_bytes = decode_workspace_bytes(p);
+        p.workspace_bytes = ws_bytes;
         if (decode_attention(p) != Status::kOk) die("int2 decode");
         int2_us = time_us([&] { decode_attention(p); }, o.iters);
+        // The CUDA-core path over the same cache, for comparison.
+        p.path = DecodePath::kSimt;
+        if (decode_attention(p) != Status::kOk) die("int2 decode (simt)");
+        int2_simt_us = time_us([&] { decode_attention(p); }, o.iters);
         int2_read = static_cast<double>(batch) * hkv * 2.0 *
                     (static_cast<double>(int2_tokens) * (d / 4 + 4) +
                      static_cast<double>(sink_len + recent_len) * bf16_row);
       }
       const double bf16_gbs = bf16_read / (bf16_us * 1e3), int2_gbs = int2_read / (int2_us * 1e3);
-      fmt::print("{:>6} {:>8}  {:>12.1f} {:>9.0f} {:>12.1f} {:>9.0f}  {:>7.2f}x\n", batch, context,
-                 bf16_us, bf16_gbs, int2_us, int2_gbs, bf16_us / int2_us);
+      fmt::print(
+          "{:>6} {:>8}  {:>10.1f} {:>9.0f} {:>10.1f} {:>9.0f} {:>6.0f}%  {:>7.2f}x {:>12.1f}\n",
+          batch, context, bf16_us, bf16_gbs, int2_us, int2_gbs, 100.0 * int2_gbs / copy_gbs,
+          bf16_us / int2_us, int2_simt_us);
       points.push_back({{"batch", batch},
                         {"context", context},
                         {"bf16_us", bf16_us},
@@ -277,6 +289,7 @@ int main(int argc, char** argv) {
                         {"int2_bytes", int2_read},
                         {"int2_gbs", int2_gbs},
                         {"int2_fraction_of_copy", int2_gbs / copy_gbs},
+                        {"int2_simt_us", int2_simt_us},
                         {"speedup_vs_own_bf16", bf16_us / int2_us}});
     }
   }

@@ -1,6 +1,7 @@
 // CUDA kernels of the paged mixed-precision KV cache: store (rotate, quantize, pack), demotion and
 // split-KV decode attention with a log-sum-exp merge.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
@@ -301,9 +302,59 @@ __device__ __forceinline__ void process_page(const DecodeParams& p, std::int64_t
   }
 }
 
+// Programmatic dependent launch (Hopper): a kernel lets the next one in the stream start early,
+// and that one waits, where it must, for the first to complete and flush its writes.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Where a kernel writes its partial results: splits [offset, offset + count) of total per head.
+struct SplitRange {
+  int offset, count, total;
+};
+
+// Combines the W warps of a block (each with its running max and sum per head and its output rows
+// in sm_o) into the block's partial result for its split.
+template <int D, int G, int W>
+__device__ void write_block_partial(const DecodeParams& p, const float (&sm_m)[W][G],
+                                    const float (&sm_l)[W][G], const float (&sm_o)[W][G][D], int b,
+                                    int kvh, int split, SplitRange range, float* part_o,
+                                    SplitPartial* part_ml) {
+  for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
+    const int g = idx / D, e = idx % D;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < W; ++w) m = fmaxf(m, sm_m[w][g]);
+    float o = 0.0f, l = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float f = sm_m[w][g] == -INFINITY ? 0.0f : exp2f(sm_m[w][g] - m);
+      o += f * sm_o[w][g][e];
+      l += f * sm_l[w][g];
+    }
+    const std::int64_t head = static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + g;
+    const std::int64_t slot = head * range.total + range.offset + split;
+    part_o[slot * D + e] = o;
+    if (e == 0) part_ml[slot] = {m, l};
+  }
+}
+
+// bf16_only: the INT2 pages are left to the tensor-core kernel (they count as absent here).
 template <int D, int G, int P>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    decode_kernel(DecodeParams p, float* part_o, SplitPartial* part_ml, int num_splits) {
+    decode_kernel(DecodeParams p, float* part_o, SplitPartial* part_ml, SplitRange range,
+                  bool bf16_only) {
+  // The tensor-core kernel that follows does not read this kernel's results: let it start now
+  // (programmatic dependent launch) so that both run side by side.
+  if (bf16_only) allow_dependent_launch();
+  const int num_splits = range.count;
   using Map = RowMap<D>;
   constexpr int L = Map::kLanesPerRow, R = Map::kRowsPerStep;
   static_assert(P % R == 0, "page size must be a multiple of the rows a warp reads per step");
@@ -313,7 +364,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int hkv = p.num_kv_heads;
 
   const int sink_len = p.sink_len[b], int2_len = p.int2_len[b], recent_len = p.recent_len[b];
-  const int sink_pages = (sink_len + P - 1) / P, int2_pages = (int2_len + P - 1) / P,
+  const int sink_pages = (sink_len + P - 1) / P,
+            int2_pages = bf16_only ? 0 : (int2_len + P - 1) / P,
             recent_pages = (recent_len + P - 1) / P;
   const int total_pages = sink_pages + int2_pages + recent_pages;
   const int per_split = (total_pages + num_splits - 1) / num_splits;
@@ -417,40 +469,482 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
-    const int g = idx / D, e = idx % D;
-    float m = -INFINITY;
+  write_block_partial<D, G, kDecodeWarps>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o,
+                                          part_ml);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core decode over INT2 pages. A warp takes 16-token tiles and runs two mma.sync
+// m16n8k16 chains per tile, tokens and head-dim elements in the M dimension so that the G <= 8
+// query heads of the group fill N = 8 (padded with zero queries):
+//   S^T[16 tokens, 8 heads] = K codes [16, d] . Q^T[d, 8]        (k-tiles of 16 elements)
+//   O^T[d, 8 heads]        += V codes^T [d, 16 tokens] . P'^T[16, 8]  (m-tiles of 16 elements)
+// with P' = p * v_scale per token in fp16 (the S^T accumulator transposed by movmatrix), and the
+// zero points applied afterwards through sums: q . k = s (q . c - z sum q), sum p s (c - z).
+// Codes become fp16 in registers with one AND: bits & 3 << 2f of a 16-bit half is the subnormal
+// 4^f c 2^-24 (tensor cores keep fp16 subnormals); the 4^-f is folded into the query (keys) or
+// the output row (values) and the 2^24 into the fp32 results, all exact powers of two.
+//
+// Element ownership (lane = 4 gid + t). Keys: lane t reads d/16 bytes of rows gid and gid + 8
+// (bytes t d/16 ..), register r of a row holds elements e_k(t, r) and e_k(t, r) + 2, and feeds
+// the mma's k positions 2t, 2t+1 (r even) or 2t+8, 2t+9 (r odd) of k-tile r/2; the query
+// fragment of head gid uses the same elements. Values: lane gid reads d/32 bytes (from byte
+// gid d/32) of the rows of tokens 2t, 2t+1, 2t+8, 2t+9; register r of a row pair holds element
+// e_v(gid, r) of both tokens and is the A row gid (r even) or gid + 8 (r odd) of m-tile r/2.
+constexpr int kTcWarps = 4;
+constexpr int kTileTokens = 16;
+
+__device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t s) {
+  std::uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+  return d;
+}
+
+// Field f of both 16-bit halves of `bits` (2-bit codes at bits 2f of each half) as the fp16
+// subnormals 4^f c 2^-24: a single AND, exact, no bias to remove afterwards.
+__device__ __forceinline__ std::uint32_t codes_as_subnormals(std::uint32_t bits, int f) {
+  return bits & (0x00030003u << (2 * f));
+}
+constexpr float kSubnormalScale = 16777216.0f;  // 2^24
+
+// exp2 by the hardware approximation (2 ulp; -inf gives 0), without exp2f's range handling.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+__device__ __forceinline__ std::uint32_t transpose_8x8(std::uint32_t x) {
+  std::uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(x));
+  return d;
+}
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], std::uint32_t a0, std::uint32_t a1,
+                                          std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
+                                          std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int D>
+struct TcMap {
+  static constexpr int kKWords = D / 64;  // 32-bit words of a key row per lane (1, 2, 4)
+  static constexpr int kVBytes = D / 32;  // bytes of a value row per lane (2, 4, 8)
+  static constexpr int kVWords = kVBytes >= 4 ? kVBytes / 4 : 1;
+  // Key register r of lane t: bytes t d/16 + 4 (r / 8) + (r / 4) % 2 (and + 2), field r % 4.
+  __device__ static int key_element(int t, int r) {
+    return t * (D / 16) + 4 * (r / 8) + (r / 4) % 2 + (r % 4) * (D / 4);
+  }
+  // Value register r of lane gid: byte gid d/32 + r / 4, field r % 4.
+  __device__ static int value_element(int gid, int r) {
+    return gid * kVBytes + r / 4 + (r % 4) * (D / 4);
+  }
+};
+
+// A key row's words and the same shifted by a byte: byte pair (0, 2) and (1, 3) of each word.
+template <int D>
+struct KeyBits {
+  std::uint32_t w[TcMap<D>::kKWords][2];
+};
+template <int D>
+__device__ __forceinline__ KeyBits<D> key_bits(const std::uint32_t (&w)[TcMap<D>::kKWords]) {
+  KeyBits<D> k;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) m = fmaxf(m, sm_m[w][g]);
-    float o = 0.0f, l = 0.0f;
+  for (int i = 0; i < TcMap<D>::kKWords; ++i) {
+    k.w[i][0] = w[i];
+    k.w[i][1] = w[i] >> 8;
+  }
+  return k;
+}
+// Key register r: word r / 8, byte pair (r / 4) % 2, field r % 4.
+template <int D>
+__device__ __forceinline__ std::uint32_t key_register(const KeyBits<D>& k, int r) {
+  return codes_as_subnormals(k.w[r / 8][(r / 4) % 2], r % 4);
+}
+
+// Two value rows (tokens in the low and high halves) interleaved byte by byte: for each word of
+// the lane, bytes 0 and 1 of both rows (x), x >> 8, bytes 2 and 3 (y), y >> 8; entry i then has
+// byte i of the word at bit 0 and 16.
+template <int D>
+struct ValueBits {
+  std::uint32_t w[TcMap<D>::kVWords][4];
+};
+template <int D>
+__device__ __forceinline__ ValueBits<D> value_bits(const std::uint32_t (&row0)[TcMap<D>::kVWords],
+                                                   const std::uint32_t (&row1)[TcMap<D>::kVWords]) {
+  ValueBits<D> v;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) {
-      const float f = sm_m[w][g] == -INFINITY ? 0.0f : exp2f(sm_m[w][g] - m);
-      o += f * sm_o[w][g][e];
-      l += f * sm_l[w][g];
-    }
-    const std::int64_t head = static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + g;
-    part_o[(head * num_splits + split) * D + e] = o;
-    if (e == 0) part_ml[head * num_splits + split] = {m, l};
+  for (int i = 0; i < TcMap<D>::kVWords; ++i) {
+    const std::uint32_t x = prmt(row0[i], row1[i], 0x5410), y = prmt(row0[i], row1[i], 0x7632);
+    v.w[i][0] = x;
+    v.w[i][1] = x >> 8;
+    v.w[i][2] = y;
+    v.w[i][3] = y >> 8;
+  }
+  return v;
+}
+// Value register r: byte r / 4 of the lane's bytes, field r % 4.
+template <int D>
+__device__ __forceinline__ std::uint32_t value_register(const ValueBits<D>& v, int r) {
+  return codes_as_subnormals(v.w[(r / 4) / 4][(r / 4) % 4], r % 4);
+}
+
+// A tile in shared memory: the 16 rows of key and value codes and their scale/zero words, filled
+// by cp.async. Rows of tokens past the history are zero-filled (zero scales: no garbage, no NaN).
+template <int D>
+struct TcTile {
+  std::uint8_t k[kTileTokens][D / 4];
+  std::uint8_t v[kTileTokens][D / 4];
+  std::uint32_t ksz[kTileTokens], vsz[kTileTokens];
+};
+// Tiles a warp keeps in flight (a ring of this many slots, one being computed on).
+template <int D>
+inline constexpr int kTcStages = D >= 256 ? 4 : 8;
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// The pages of a tile: one page of 16 tokens, or two of 8 (the second only when the history
+// reaches it, so the block table is never read past its end).
+template <int P>
+__device__ __forceinline__ int2 tile_pages(const std::int32_t* table, int tile, int int2_len) {
+  if (tile * kTileTokens >= int2_len) return make_int2(0, 0);
+  if constexpr (P == 16) {
+    return make_int2(table[tile], 0);
+  } else {
+    const bool second = tile * kTileTokens + 8 < int2_len;
+    return make_int2(table[2 * tile], second ? table[2 * tile + 1] : 0);
   }
 }
 
-// Log-sum-exp merge of the splits: block per (sequence, q head), one thread per element.
-__global__ void merge_splits_kernel(const float* part_o, const SplitPartial* part_ml,
-                                    int num_splits, int d, bf16_bits* out) {
-  const std::int64_t head = blockIdx.x;
-  const int e = threadIdx.x;
-  float m = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, part_ml[head * num_splits + s].m);
-  float o = 0.0f, l = 0.0f;
-  for (int s = 0; s < num_splits; ++s) {
-    const SplitPartial ml = part_ml[head * num_splits + s];
-    if (ml.m == -INFINITY) continue;
-    const float f = exp2f(ml.m - m);
-    l += f * ml.l;
-    o += f * part_o[(head * num_splits + s) * d + e];
+// Issues the cp.async copies of one tile: 16-byte chunks, each inside one row.
+template <int D, int P>
+__device__ __forceinline__ void issue_tile(const DecodeParams& p, int2 pages, int kvh, int tile,
+                                           int int2_len, int lane, TcTile<D>& dst) {
+  static_assert(P == 8 || P == 16, "a tile is one page of 16 or two pages of 8 tokens");
+  constexpr int kRowBytes = D / 4, kChunks = kTileTokens * kRowBytes / 16;
+  const int hkv = p.num_kv_heads, token0 = tile * kTileTokens;
+  const std::int64_t row_lo = (static_cast<std::int64_t>(pages.x) * hkv + kvh) * P;
+  const std::int64_t row_hi =
+      P == 16 ? row_lo + 8 : (static_cast<std::int64_t>(pages.y) * hkv + kvh) * P;
+#pragma unroll
+  for (int c = lane; c < kChunks; c += 32) {
+    const int j = c * 16 / kRowBytes, offset = c * 16 % kRowBytes;
+    const std::int64_t row = j < 8 ? row_lo + j : row_hi + (j - 8);
+    const bool valid = token0 + j < int2_len;
+    const std::int64_t at = valid ? row * kRowBytes + offset : 0;
+    cp_async_16(&dst.k[j][offset], p.k_codes + at, valid ? 16 : 0);
+    cp_async_16(&dst.v[j][offset], p.v_codes + at, valid ? 16 : 0);
   }
-  out[head * d + e] = float_to_bf16(l > 0.0f ? o / l : 0.0f);
+  if (lane < 8) {  // scale/zero words: 4 rows per chunk, lanes 0-3 keys, 4-7 values
+    const int j = 4 * (lane & 3);
+    const std::int64_t row = j < 8 ? row_lo + j : row_hi + (j - 8);
+    const int valid_rows = min(4, max(0, int2_len - (token0 + j)));
+    const auto* src =
+        reinterpret_cast<const std::uint32_t*>(lane < 4 ? p.k_scale_zero : p.v_scale_zero);
+    cp_async_16(lane < 4 ? &dst.ksz[j] : &dst.vsz[j], src + (valid_rows > 0 ? row : 0),
+                4 * valid_rows);
+  }
+}
+
+// Four blocks (16 warps) per multiprocessor at d <= 128 (registers capped at 128; five blocks
+// measured slower at batch 32).
+template <int D, int G, int P>
+__global__ void __launch_bounds__(kTcWarps * 32, D >= 256 ? 2 : 4)
+    decode_int2_tc_kernel(DecodeParams p, float* part_o, SplitPartial* part_ml, SplitRange range) {
+  using Map = TcMap<D>;
+  constexpr int KT = D / 16;  // k-tiles of S^T = m-tiles of O^T
+  constexpr int NS = kTcStages<D>;
+  constexpr std::size_t kRingBytes = sizeof(TcTile<D>) * NS * kTcWarps;
+  constexpr std::size_t kCombineBytes = sizeof(float) * kTcWarps * G * (D + 2);
+  __shared__ alignas(
+      16) unsigned char smem[kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes];
+  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
+  TcTile<D>* ring = reinterpret_cast<TcTile<D>*>(smem) + warp * NS;
+
+  // The split's tiles, then the warp's contiguous share of them.
+  const int int2_len = p.int2_len[b];
+  const int tiles = (int2_len + kTileTokens - 1) / kTileTokens;
+  const int per_split = (tiles + range.count - 1) / range.count;
+  const int split_begin = split * per_split, split_end = min(tiles, split_begin + per_split);
+  const int per_warp = (max(0, split_end - split_begin) + kTcWarps - 1) / kTcWarps;
+  const int tile_begin = split_begin + warp * per_warp;
+  const int tile_end = min(split_end, tile_begin + per_warp);
+  const int count = max(0, tile_end - tile_begin);
+  const std::int32_t* table =
+      p.int2_block_table + static_cast<std::int64_t>(b) * p.int2_table_stride;
+
+  // Start the pipeline before anything else: NS - 1 tiles in flight.
+#pragma unroll
+  for (int s = 0; s < NS - 1; ++s) {
+    if (s < count) {
+      const int tile = tile_begin + s;
+      issue_tile<D, P>(p, tile_pages<P>(table, tile, int2_len), kvh, tile, int2_len, lane, ring[s]);
+    }
+    cp_async_commit();
+  }
+  int2 next_pages =
+      NS - 1 < count ? tile_pages<P>(table, tile_begin + NS - 1, int2_len) : make_int2(0, 0);
+
+  // Query fragment of head gid (zero for the padding heads) and the full sums of heads 2t, 2t+1.
+  std::uint32_t qf[2 * KT];
+  float q_sum_own = 0.0f;
+  {
+    const bool real_head = gid < G;
+    const bf16_bits* qh =
+        p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + (real_head ? gid : 0)) * D;
+#pragma unroll
+    for (int r = 0; r < 2 * KT; ++r) {
+      const int e = Map::key_element(t, r);
+      const float lo = real_head ? __half2float(__float2half_rn(bf16_to_float(qh[e]))) : 0.0f;
+      const float hi = real_head ? __half2float(__float2half_rn(bf16_to_float(qh[e + 2]))) : 0.0f;
+      q_sum_own += lo + hi;
+      const float inv = 1.0f / static_cast<float>(1 << (2 * (r % 4)));  // 4^-f, exact
+      qf[r] = pack_half2(lo * inv, hi * inv);
+    }
+    q_sum_own += __shfl_xor_sync(kFullMask, q_sum_own, 1);
+    q_sum_own += __shfl_xor_sync(kFullMask, q_sum_own, 2);
+  }
+  float q_sum[2];
+  q_sum[0] = __shfl_sync(kFullMask, q_sum_own, 8 * t);      // head 2t lives in lanes 4 (2t) ..
+  q_sum[1] = __shfl_sync(kFullMask, q_sum_own, 8 * t + 4);  // head 2t + 1
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+
+  float o[KT][4];
+#pragma unroll
+  for (int mt = 0; mt < KT; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, zero_run[2] = {0.0f, 0.0f};
+
+  for (int i = 0; i < count; ++i) {
+    cp_async_wait<NS - 2>();  // tile i has landed (for this lane's copies)
+    __syncwarp();             // ... and for every lane's; slot (i - 1) % NS is free again
+    {
+      const int ahead = i + NS - 1;
+      if (ahead < count) {
+        issue_tile<D, P>(p, next_pages, kvh, tile_begin + ahead, int2_len, lane, ring[ahead % NS]);
+      }
+      cp_async_commit();
+      if (ahead + 1 < count) next_pages = tile_pages<P>(table, tile_begin + ahead + 1, int2_len);
+    }
+    const TcTile<D>& tile = ring[i % NS];
+    const int token0 = (tile_begin + i) * kTileTokens;
+
+    // S^T = K Q^T, in units of 2^-24; two accumulators halve the dependent mma chain.
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    {
+      std::uint32_t kw0[Map::kKWords], kw1[Map::kKWords];
+#pragma unroll
+      for (int w = 0; w < Map::kKWords; ++w) {
+        kw0[w] = reinterpret_cast<const std::uint32_t*>(tile.k[gid])[t * Map::kKWords + w];
+        kw1[w] = reinterpret_cast<const std::uint32_t*>(tile.k[gid + 8])[t * Map::kKWords + w];
+      }
+      const KeyBits<D> k0 = key_bits<D>(kw0), k1 = key_bits<D>(kw1);
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt) {
+        mma_16816(kt % 2 ? s_odd : s, key_register<D>(k0, 2 * kt), key_register<D>(k1, 2 * kt),
+                  key_register<D>(k0, 2 * kt + 1), key_register<D>(k1, 2 * kt + 1), qf[2 * kt],
+                  qf[2 * kt + 1]);
+      }
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[c] += s_odd[c];
+    }
+    // Logits of tokens gid (s[0], s[1]) and gid + 8 (s[2], s[3]) for heads 2t, 2t + 1.
+    float logit[4], vs[2], vz[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const bool valid = token0 + gid + 8 * h < int2_len;
+      // bf16 (scale, zero) pairs: a bf16 is the top half of its float.
+      const std::uint32_t ksz = tile.ksz[gid + 8 * h], vsz = tile.vsz[gid + 8 * h];
+      const float ks = __uint_as_float(ksz << 16), kz = __uint_as_float(ksz & 0xffff0000u);
+      vs[h] = __uint_as_float(vsz << 16);
+      vz[h] = __uint_as_float(vsz & 0xffff0000u);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        logit[2 * h + j] =
+            valid ? ks * (s[2 * h + j] * kSubnormalScale - kz * q_sum[j]) * scale_log2 : -INFINITY;
+      }
+    }
+    // Online softmax per head: the tile's maximum over its 16 tokens (lanes of equal t).
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float mx = fmaxf(logit[j], logit[2 + j]);
+      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 16));
+      const float m_new = fmaxf(m_run[j], mx);
+      alpha[j] = m_new == -INFINITY ? 1.0f : fast_exp2(m_run[j] - m_new);
+      m_use[j] = m_new == -INFINITY ? 0.0f : m_new;
+      m_run[j] = m_new;
+      l_run[j] *= alpha[j];
+      zero_run[j] *= alpha[j];
+    }
+    if (__any_sync(kFullMask, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int mt = 0; mt < KT; ++mt) {
+        o[mt][0] *= alpha[0];
+        o[mt][1] *= alpha[1];
+        o[mt][2] *= alpha[0];
+        o[mt][3] *= alpha[1];
+      }
+    }
+    // P' = p * v_scale in fp16; the zero-point sum uses the same rounded values.
+    float ps[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float pr = fast_exp2(logit[2 * h + j] - m_use[j]);
+        l_run[j] += pr;
+        ps[2 * h + j] = __half2float(__float2half_rn(pr * vs[h]));
+        zero_run[j] = fmaf(ps[2 * h + j], vz[h], zero_run[j]);
+      }
+    }
+    const std::uint32_t pb0 = transpose_8x8(pack_half2(ps[0], ps[1]));
+    const std::uint32_t pb1 = transpose_8x8(pack_half2(ps[2], ps[3]));
+    // O^T += V^T P'^T, in units of 2^-24.
+    {
+      std::uint32_t vrow[4][Map::kVWords];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const std::uint8_t* row = tile.v[2 * t + (r % 2) + 8 * (r / 2)] + gid * Map::kVBytes;
+        if constexpr (Map::kVBytes == 2) {
+          vrow[r][0] = *reinterpret_cast<const std::uint16_t*>(row);
+        } else {
+#pragma unroll
+          for (int w = 0; w < Map::kVWords; ++w) {
+            vrow[r][w] = reinterpret_cast<const std::uint32_t*>(row)[w];
+          }
+        }
+      }
+      const ValueBits<D> v01 = value_bits<D>(vrow[0], vrow[1]);
+      const ValueBits<D> v89 = value_bits<D>(vrow[2], vrow[3]);
+#pragma unroll
+      for (int mt = 0; mt < KT; ++mt) {
+        mma_16816(o[mt], value_register<D>(v01, 2 * mt), value_register<D>(v01, 2 * mt + 1),
+                  value_register<D>(v89, 2 * mt), value_register<D>(v89, 2 * mt + 1), pb0, pb1);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Per-head sums over the warp's 8 token rows (lanes of equal t).
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+      l_run[j] += __shfl_xor_sync(kFullMask, l_run[j], off);
+      zero_run[j] += __shfl_xor_sync(kFullMask, zero_run[j], off);
+    }
+  }
+  __syncthreads();  // the ring becomes the combine area
+  auto& sm_o = *reinterpret_cast<float(*)[kTcWarps][G][D]>(smem);
+  auto& sm_m = *reinterpret_cast<float(*)[kTcWarps][G]>(smem + sizeof(float) * kTcWarps * G * D);
+  auto& sm_l =
+      *reinterpret_cast<float(*)[kTcWarps][G]>(smem + sizeof(float) * kTcWarps * G * (D + 1));
+#pragma unroll
+  for (int mt = 0; mt < KT; ++mt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int head = 2 * t + (c & 1), r = 2 * mt + (c >> 1);
+      if (head < G) {
+        const float unit = kSubnormalScale / static_cast<float>(1 << (2 * (r % 4)));
+        sm_o[warp][head][Map::value_element(gid, r)] = o[mt][c] * unit - zero_run[c & 1];
+      }
+    }
+  }
+  if (gid == 0) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      if (2 * t + j < G) {
+        sm_m[warp][2 * t + j] = m_run[j];
+        sm_l[warp][2 * t + j] = l_run[j];
+      }
+    }
+  }
+  __syncthreads();
+  write_block_partial<D, G, kTcWarps>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o, part_ml);
+  // Complete only after the BF16 kernel this one may have overlapped, so that the merge, which
+  // waits for this kernel, sees both kernels' partial results.
+  wait_for_prerequisite_grid();
+}
+
+// Log-sum-exp merge of the splits: block per (sequence, q head) of kMergeThreads threads. The
+// split weights exp2(m_s - m) go to shared memory in one parallel pass; then kMergeThreads / d
+// groups of d threads each sum every group-th split (independent loads, so they overlap) and the
+// groups are added through shared memory. A plain loop over the splits per element was latency
+// bound (tens of microseconds at 100+ splits and batch 1).
+constexpr int kMergeThreads = 512;
+constexpr int kMergeMaxSplits = 2048;  // shared-memory weights; more splits loop in chunks
+
+__global__ void __launch_bounds__(kMergeThreads)
+    merge_splits_kernel(const float* part_o, const SplitPartial* part_ml, int num_splits, int d,
+                        bf16_bits* out) {
+  __shared__ float weight[kMergeMaxSplits];
+  __shared__ float reduce[kMergeThreads / 32];
+  __shared__ float group_o[kMergeThreads];
+  const std::int64_t head = blockIdx.x;
+  const SplitPartial* ml = part_ml + head * num_splits;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Global maximum.
+  float m = -INFINITY;
+  for (int s = tid; s < num_splits; s += kMergeThreads) m = fmaxf(m, ml[s].m);
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, off));
+  if (lane == 0) reduce[warp] = m;
+  __syncthreads();
+  m = -INFINITY;
+  for (int w = 0; w < kMergeThreads / 32; ++w) m = fmaxf(m, reduce[w]);
+  __syncthreads();
+
+  const int groups = kMergeThreads / d, group = tid / d, e = tid % d;
+  float o = 0.0f, l = 0.0f;
+  for (int chunk = 0; chunk < num_splits; chunk += kMergeMaxSplits) {
+    const int count = min(kMergeMaxSplits, num_splits - chunk);
+    for (int s = tid; s < count; s += kMergeThreads) {
+      const SplitPartial x = ml[chunk + s];
+      weight[s] = x.m == -INFINITY ? 0.0f : exp2f(x.m - m);
+      l += weight[s] * x.l;  // summed over the block below
+    }
+    __syncthreads();
+    if (group < groups) {
+      const float* po = part_o + (head * num_splits + chunk) * d + e;
+      // Every split slot is written (empty splits as m = -inf, l = 0, o = 0), so the loads need
+      // no guard and the unrolled loop keeps eight of them in flight.
+#pragma unroll 8
+      for (int s = group; s < count; s += groups) {
+        o = fmaf(weight[s], po[static_cast<std::int64_t>(s) * d], o);
+      }
+    }
+    __syncthreads();
+  }
+  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(kFullMask, l, off);
+  if (lane == 0) reduce[warp] = l;
+  group_o[tid] = group < groups ? o : 0.0f;
+  __syncthreads();
+  if (tid < d) {
+    float total_l = 0.0f, total_o = 0.0f;
+    for (int w = 0; w < kMergeThreads / 32; ++w) total_l += reduce[w];
+    for (int g = 0; g < groups; ++g) total_o += group_o[g * d + tid];
+    out[head * d + tid] = float_to_bf16(total_l > 0.0f ? total_o / total_l : 0.0f);
+  }
 }
 
 int device_multiprocessors() {
@@ -463,46 +957,169 @@ int device_multiprocessors() {
   return sms;
 }
 
+int device_compute_major() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major;
+}
+
 bool supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
+// Blocks of the tensor-core kernel that fit on one multiprocessor (registers bound it).
 template <int D, int G, int P>
-void launch_decode(const DecodeParams& p, int splits, float* part_o, SplitPartial* part_ml) {
-  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(p.num_kv_heads),
-                  static_cast<unsigned>(p.batch));
-  decode_kernel<D, G, P><<<grid, kDecodeWarps * 32, 0, p.stream>>>(p, part_o, part_ml, splits);
+int tc_resident_blocks_of() {
+  static const int blocks = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_int2_tc_kernel<D, G, P>,
+                                                      kTcWarps * 32, 0) != cudaSuccess) {
+      cudaGetLastError();
+      n = 2;
+    }
+    return std::max(n, 1);
+  }();
+  return blocks;
 }
 
 template <int D, int P>
-bool dispatch_group(const DecodeParams& p, int splits, float* o, SplitPartial* ml) {
-  switch (p.num_q_heads / p.num_kv_heads) {
+int tc_resident_blocks_dim(int group) {
+  switch (group) {
     case 1:
-      launch_decode<D, 1, P>(p, splits, o, ml);
-      return true;
+      return tc_resident_blocks_of<D, 1, P>();
     case 2:
-      launch_decode<D, 2, P>(p, splits, o, ml);
-      return true;
+      return tc_resident_blocks_of<D, 2, P>();
     case 4:
-      launch_decode<D, 4, P>(p, splits, o, ml);
-      return true;
-    case 8:
-      launch_decode<D, 8, P>(p, splits, o, ml);
-      return true;
+      return tc_resident_blocks_of<D, 4, P>();
     default:
-      return false;
+      return tc_resident_blocks_of<D, 8, P>();
   }
 }
 
 template <int P>
-bool dispatch_dim(const DecodeParams& p, int splits, float* o, SplitPartial* ml) {
+int tc_resident_blocks_page(int d, int group) {
+  switch (d) {
+    case 64:
+      return tc_resident_blocks_dim<64, P>(group);
+    case 128:
+      return tc_resident_blocks_dim<128, P>(group);
+    default:
+      return tc_resident_blocks_dim<256, P>(group);
+  }
+}
+
+int tc_resident_blocks(const DecodeParams& p) {
+  const int group = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 1;
+  return p.page_size == 8 ? tc_resident_blocks_page<8>(p.head_dim, group)
+                          : tc_resident_blocks_page<16>(p.head_dim, group);
+}
+
+// The splits of each kernel: the SIMT kernel over all pages (path kSimt) or over the BF16 pages
+// only, and the tensor-core kernel over the INT2 tiles.
+struct SplitPlan {
+  bool tensor_core = false;
+  int simt_splits = 1, tc_splits = 0;
+  int total() const { return simt_splits + tc_splits; }
+};
+
+SplitPlan plan_splits(const DecodeParams& p) {
+  SplitPlan plan;
+  plan.tensor_core = p.path != DecodePath::kSimt;
+  const long long blocks = std::max(1LL, static_cast<long long>(p.batch) * p.num_kv_heads);
+  // Enough blocks for about four per multiprocessor, but at least two pages per warp.
+  const long long wanted = (4LL * device_multiprocessors() + blocks - 1) / blocks;
+  const long long pages = std::max(0, p.max_pages_per_sequence);
+  if (p.num_splits > 0) {
+    plan.simt_splits = p.num_splits;
+    plan.tc_splits = plan.tensor_core ? p.num_splits : 0;
+    return plan;
+  }
+  plan.simt_splits = static_cast<int>(std::max(1LL, std::min(wanted, pages / (2 * kDecodeWarps))));
+  if (plan.tensor_core) {
+    // The BF16 windows are short: one page per warp keeps that kernel's latency low.
+    const long long bf16_pages = p.max_bf16_pages_per_sequence > 0
+                                     ? std::min<long long>(p.max_bf16_pages_per_sequence, pages)
+                                     : pages;
+    plan.simt_splits = static_cast<int>(
+        std::max(1LL, std::min(wanted, (bf16_pages + kDecodeWarps - 1) / kDecodeWarps)));
+    // Tensor-core blocks: exactly one wave of resident blocks over the whole batch (a partial
+    // second wave would double the time of its blocks), but at least one full round of
+    // kTcWarps warps with 4 tiles in flight each.
+    const long long resident =
+        static_cast<long long>(tc_resident_blocks(p)) * device_multiprocessors();
+    const long long tiles = (pages * p.page_size + kTileTokens - 1) / kTileTokens;
+    plan.tc_splits = static_cast<int>(
+        std::max(1LL, std::min(std::max(1LL, resident / blocks), tiles / (4 * kTcWarps))));
+  }
+  return plan;
+}
+
+// Launches the kernels of one shape; false (message recorded) when a launch fails.
+template <int D, int G, int P>
+bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
+                   SplitPartial* part_ml) {
+  const unsigned hkv = static_cast<unsigned>(p.num_kv_heads),
+                 batch = static_cast<unsigned>(p.batch);
+  const int total = plan.total();
+  decode_kernel<D, G, P>
+      <<<dim3(static_cast<unsigned>(plan.simt_splits), hkv, batch), kDecodeWarps * 32, 0,
+         p.stream>>>(p, part_o, part_ml, SplitRange{0, plan.simt_splits, total}, plan.tensor_core);
+  if (!OSCAR_CUDA_OK(cudaGetLastError())) return false;
+  if (plan.tensor_core) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch);
+    config.blockDim = dim3(kTcWarps * 32);
+    config.stream = p.stream;
+    cudaLaunchAttribute overlap[1];
+    overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap[0].val.programmaticStreamSerializationAllowed = 1;
+    if (device_compute_major() >= 9) {
+      config.attrs = overlap;
+      config.numAttrs = 1;
+    }
+    return OSCAR_CUDA_OK(cudaLaunchKernelEx(&config, decode_int2_tc_kernel<D, G, P>, p, part_o,
+                                            part_ml,
+                                            SplitRange{plan.simt_splits, plan.tc_splits, total}));
+  }
+  return true;
+}
+
+// Status::kUnsupported when no kernel exists for the shape, kCudaError when a launch failed.
+template <int D, int P>
+Status dispatch_group(const DecodeParams& p, const SplitPlan& plan, float* o, SplitPartial* ml) {
+  bool ok = false;
+  switch (p.num_q_heads / p.num_kv_heads) {
+    case 1:
+      ok = launch_decode<D, 1, P>(p, plan, o, ml);
+      break;
+    case 2:
+      ok = launch_decode<D, 2, P>(p, plan, o, ml);
+      break;
+    case 4:
+      ok = launch_decode<D, 4, P>(p, plan, o, ml);
+      break;
+    case 8:
+      ok = launch_decode<D, 8, P>(p, plan, o, ml);
+      break;
+    default:
+      return Status::kUnsupported;
+  }
+  return ok ? Status::kOk : Status::kCudaError;
+}
+
+template <int P>
+Status dispatch_dim(const DecodeParams& p, const SplitPlan& plan, float* o, SplitPartial* ml) {
   switch (p.head_dim) {
     case 64:
-      return dispatch_group<64, P>(p, splits, o, ml);
+      return dispatch_group<64, P>(p, plan, o, ml);
     case 128:
-      return dispatch_group<128, P>(p, splits, o, ml);
+      return dispatch_group<128, P>(p, plan, o, ml);
     case 256:
-      return dispatch_group<256, P>(p, splits, o, ml);
+      return dispatch_group<256, P>(p, plan, o, ml);
     default:
-      return false;
+      return Status::kUnsupported;
   }
 }
 
@@ -577,15 +1194,7 @@ Status demote_pages(const DemotePagesParams& p) {
   return Status::kOk;
 }
 
-int decode_num_splits(const DecodeParams& p) {
-  if (p.num_splits > 0) return p.num_splits;
-  // Enough blocks for about four per multiprocessor, but at least two pages per warp of a block.
-  const long long blocks = static_cast<long long>(p.batch) * p.num_kv_heads;
-  const long long wanted = (4LL * device_multiprocessors() + blocks - 1) / std::max(blocks, 1LL);
-  const long long by_pages =
-      std::max(1LL, static_cast<long long>(p.max_pages_per_sequence) / (2 * kDecodeWarps));
-  return static_cast<int>(std::max(1LL, std::min(wanted, by_pages)));
-}
+int decode_num_splits(const DecodeParams& p) { return plan_splits(p).total(); }
 
 std::size_t decode_workspace_bytes(const DecodeParams& p) {
   const std::size_t heads =
@@ -617,7 +1226,14 @@ Status decode_attention(const DecodeParams& p) {
     set_last_error("decode_attention: a required buffer is null");
     return Status::kInvalidArgument;
   }
-  const int splits = decode_num_splits(p);
+  const SplitPlan plan = plan_splits(p);
+  const int splits = plan.total();
+  auto misaligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0; };
+  if (plan.tensor_core && (misaligned(p.k_codes) || misaligned(p.v_codes) ||
+                           misaligned(p.k_scale_zero) || misaligned(p.v_scale_zero))) {
+    set_last_error("decode_attention: the INT2 pools must be 16-byte aligned (tensor-core path)");
+    return Status::kInvalidArgument;
+  }
   const std::size_t need = decode_workspace_bytes(p);
   if (p.workspace == nullptr || p.workspace_bytes < need || !is_device_pointer(p.workspace)) {
     set_last_error("decode_attention: workspace of %zu bytes on the device needed, got %zu", need,
@@ -628,15 +1244,15 @@ Status decode_attention(const DecodeParams& p) {
       static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_q_heads);
   float* part_o = static_cast<float*>(p.workspace);
   auto* part_ml = reinterpret_cast<SplitPartial*>(part_o + heads * splits * p.head_dim);
-  const bool launched = p.page_size == 8 ? dispatch_dim<8>(p, splits, part_o, part_ml)
-                                         : dispatch_dim<16>(p, splits, part_o, part_ml);
-  if (!launched) {
+  const Status launched = p.page_size == 8 ? dispatch_dim<8>(p, plan, part_o, part_ml)
+                                           : dispatch_dim<16>(p, plan, part_o, part_ml);
+  if (launched == Status::kUnsupported) {
     set_last_error("decode_attention: no kernel for this shape");
-    return Status::kUnsupported;
+    return launched;
   }
-  OSCAR_CUDA_CHECK(cudaGetLastError());
-  merge_splits_kernel<<<static_cast<unsigned>(heads), static_cast<unsigned>(p.head_dim), 0,
-                        p.stream>>>(part_o, part_ml, splits, p.head_dim, p.out);
+  if (launched != Status::kOk) return launched;
+  merge_splits_kernel<<<static_cast<unsigned>(heads), kMergeThreads, 0, p.stream>>>(
+      part_o, part_ml, splits, p.head_dim, p.out);
   OSCAR_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
 }

@@ -25,6 +25,8 @@
 // and the recent window (BF16). bf16_block_table[b] lists the sink's pages followed by the recent
 // window's pages; int2_block_table[b] lists the INT2 pages. The recent window starts on a page
 // boundary (its first page is bf16_block_table[b][ceil(sink_len[b] / page_size)]).
+// Pools are addressed with vector loads: every pool pointer must be 16-byte aligned (cudaMalloc
+// gives 256).
 namespace oscar::kernels {
 
 // bf16 values travel as their 16-bit patterns so this header needs no CUDA fp16 headers.
@@ -76,6 +78,12 @@ struct DemotePagesParams {
 };
 Status demote_pages(const DemotePagesParams& params);
 
+// How decode_attention processes INT2 pages. kTensorCore: 16-token tiles on tensor cores
+// (mma.sync m16n8k16, codes turned into fp16 in registers, queries rounded to fp16, so |q| must
+// stay below 65504); BF16 pages then go through the SIMT kernel in their own splits. kSimt: one
+// CUDA-core kernel for every page (the reference path). kAuto: kTensorCore.
+enum class DecodePath { kAuto, kSimt, kTensorCore };
+
 // Decode attention, one query token per sequence: out[b, h] = softmax(scale * q K^T) V over the
 // sequence's sink, INT2 history and recent window, with fp32 accumulation. Split-KV: the pages of
 // one (sequence, KV head) are cut into num_splits contiguous ranges processed by separate blocks,
@@ -98,13 +106,18 @@ struct DecodeParams {
   const std::int32_t* int2_len = nullptr;    // [batch]
   const std::int32_t* recent_len = nullptr;  // [batch]
   int max_pages_per_sequence = 0;            // upper bound of all pages of any sequence
-  bf16_bits* out = nullptr;                  // [batch, Hq, d], rotated value basis
-  int num_splits = 0;                        // 0: chosen from the device and the shape
-  void* workspace = nullptr;                 // decode_workspace_bytes(params) bytes, device
+  // Upper bound of the BF16 (sink + recent) pages of any sequence, or 0 for unknown
+  // (max_pages_per_sequence): sizes the BF16 kernel's splits on the tensor-core path.
+  int max_bf16_pages_per_sequence = 0;
+  bf16_bits* out = nullptr;  // [batch, Hq, d], rotated value basis
+  int num_splits = 0;        // 0: chosen from the device and the shape; else per kernel (see path)
+  DecodePath path = DecodePath::kAuto;
+  void* workspace = nullptr;  // decode_workspace_bytes(params) bytes, device
   std::size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
 };
-// The split count decode_attention will use and the workspace it needs for it.
+// The number of partial results decode_attention writes per (sequence, q head) (the splits of
+// every kernel it launches) and the workspace it needs for them.
 int decode_num_splits(const DecodeParams& params);
 std::size_t decode_workspace_bytes(const DecodeParams& params);
 Status decode_attention(const DecodeParams& params);
