@@ -306,6 +306,33 @@ void run_decode_case(const DecodeCase& c) {
       ref::quantize_cache_row(&vi[row * d], d, 0.92f, &vcodes[row * d / 4], &vsz[row * 2]);
     }
   }
+  // Rows past each sequence's tokens in its last sink / recent / INT2 page hold NaN patterns, as
+  // a fresh pool may: the kernels must never let them into the result.
+  auto kb_poisoned = kb, vb_poisoned = vb;
+  for (int b = 0; b < batch; ++b) {
+    const auto [s, i, r] = c.lengths[b];
+    const int sp = (s + ps - 1) / ps;
+    auto poison_bf16 = [&](int page, int first_free) {
+      for (int h = 0; h < hkv; ++h) {
+        for (int t = first_free; t < ps; ++t) {
+          const std::size_t idx = ((static_cast<std::size_t>(page) * hkv + h) * ps + t) * d;
+          std::fill_n(kb_poisoned.begin() + idx, d, std::nanf(""));
+          std::fill_n(vb_poisoned.begin() + idx, d, std::nanf(""));
+        }
+      }
+    };
+    if (s % ps != 0) poison_bf16(bf16_pages[b][sp - 1], s % ps);
+    if (r % ps != 0) poison_bf16(bf16_pages[b][sp + (r - 1) / ps], r % ps);
+    if (i % ps != 0) {
+      for (int h = 0; h < hkv; ++h) {
+        for (int t = i % ps; t < ps; ++t) {
+          const std::size_t row =
+              (static_cast<std::size_t>(int2_pages[b][(i - 1) / ps]) * hkv + h) * ps + t;
+          ksz[row * 2] = ksz[row * 2 + 1] = vsz[row * 2] = vsz[row * 2 + 1] = 0x7fc0;
+        }
+      }
+    }
+  }
   const auto q = random_rows(static_cast<std::int64_t>(batch) * hq, d, rng);
   const int bstride = std::max(1, max_pages), istride = std::max(1, max_pages);
   std::vector<std::int32_t> btab(static_cast<std::size_t>(batch) * bstride, -1),
@@ -317,8 +344,8 @@ void run_decode_case(const DecodeCase& c) {
     int2[b] = c.lengths[b][1];
     recent[b] = c.lengths[b][2];
   }
-  DeviceBuffer<std::uint16_t> qd(to_bits(q)), kbd(to_bits(kb)), vbd(to_bits(vb)), kszd(ksz),
-      vszd(vsz), out(static_cast<std::size_t>(batch) * hq * d);
+  DeviceBuffer<std::uint16_t> qd(to_bits(q)), kbd(to_bits(kb_poisoned)), vbd(to_bits(vb_poisoned)),
+      kszd(ksz), vszd(vsz), out(static_cast<std::size_t>(batch) * hq * d);
   DeviceBuffer<std::uint8_t> kcd(kcodes), vcd(vcodes);
   DeviceBuffer<std::int32_t> btd(btab), itd(itab), sd(sink), id(int2), rd(recent);
   DecodeParams p;

@@ -279,6 +279,9 @@ __device__ __forceinline__ void process_page(const DecodeParams& p, std::int64_t
 
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
+    // Rows past the page's valid tokens may hold anything (a fresh pool, NaN bit patterns): their
+    // weight is 0 but 0 * NaN is not, so they are skipped, not weighted.
+    if (s * R + row_in_step >= valid) continue;
     float vv[16];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
