@@ -647,6 +647,30 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, int2 pages, in
   const std::int64_t row_lo = (static_cast<std::int64_t>(pages.x) * hkv + kvh) * P;
   const std::int64_t row_hi =
       P == 16 ? row_lo + 8 : (static_cast<std::int64_t>(pages.y) * hkv + kvh) * P;
+  if (token0 + kTileTokens <= int2_len) {
+    // A full tile (the common case, uniform over the warp): rows 0-7 and 8-15 are contiguous
+    // runs of 8 rows, so a chunk's source is one of two bases plus a per-lane constant.
+    const std::uint8_t* k_lo = p.k_codes + row_lo * kRowBytes;
+    const std::uint8_t* k_hi = p.k_codes + row_hi * kRowBytes;
+    const std::uint8_t* v_lo = p.v_codes + row_lo * kRowBytes;
+    const std::uint8_t* v_hi = p.v_codes + row_hi * kRowBytes;
+    constexpr int kHalf = 8 * kRowBytes;
+#pragma unroll
+    for (int c = lane; c < kChunks; c += 32) {
+      const int at = c * 16;
+      const bool low = at < kHalf;
+      cp_async_16(&dst.k[0][0] + at, low ? k_lo + at : k_hi + (at - kHalf), 16);
+      cp_async_16(&dst.v[0][0] + at, low ? v_lo + at : v_hi + (at - kHalf), 16);
+    }
+    if (lane < 8) {
+      const int j = 4 * (lane & 3);
+      const std::int64_t row = j < 8 ? row_lo + j : row_hi + (j - 8);
+      const auto* src =
+          reinterpret_cast<const std::uint32_t*>(lane < 4 ? p.k_scale_zero : p.v_scale_zero);
+      cp_async_16(lane < 4 ? &dst.ksz[j] : &dst.vsz[j], src + row, 16);
+    }
+    return;
+  }
 #pragma unroll
   for (int c = lane; c < kChunks; c += 32) {
     const int j = c * 16 / kRowBytes, offset = c * 16 % kRowBytes;
