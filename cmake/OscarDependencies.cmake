@@ -1,5 +1,7 @@
 # Finds the project's dependencies: LibTorch, fmt, CLI11, nlohmann-json, PCRE2, utf8proc, GoogleTest.
-find_package(Torch REQUIRED)
+if(NOT OSCAR_FUZZ)
+  find_package(Torch REQUIRED)
+endif()
 find_package(fmt REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json 3.9 REQUIRED)
@@ -24,5 +26,9 @@ if(OSCAR_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
 
-message(STATUS "oscar: LibTorch ${Torch_VERSION}, fmt ${fmt_VERSION}, CLI11 ${CLI11_VERSION}, "
+set(oscar_torch_text "LibTorch ${Torch_VERSION}")
+if(OSCAR_FUZZ)
+  set(oscar_torch_text "no LibTorch (fuzzing build)")
+endif()
+message(STATUS "oscar: ${oscar_torch_text}, fmt ${fmt_VERSION}, CLI11 ${CLI11_VERSION}, "
                "nlohmann_json ${nlohmann_json_VERSION}")

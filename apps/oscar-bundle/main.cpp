@@ -1,4 +1,4 @@
-// oscar-bundle: inspects and verifies OSCAR rotation bundles.
+// oscar-bundle: inspects, verifies, exports, imports and compares OSCAR rotation bundles.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "interchange.h"
 #include "oscar/bundle.h"
 #include "oscar/error.h"
 #include "oscar/version.h"
@@ -134,7 +135,7 @@ int verify(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"oscar-bundle: inspect and verify OSCAR rotation bundles"};
+  CLI::App app{"oscar-bundle: inspect, verify, export, import and compare OSCAR rotation bundles"};
   app.require_subcommand(1);
   Options o;
   auto* inspect_cmd = app.add_subcommand("inspect", "Print a bundle's manifest and spectra");
@@ -149,10 +150,93 @@ int main(int argc, char** argv) {
   verify_cmd->add_flag("--skip-hashes", o.skip_hashes,
                        "With --model: compare dimensions only, not the config/weights hashes");
   verify_cmd->add_flag("--json", o.json, "Print a JSON report");
+
+  oscar_bundle::ExportOptions ex;
+  auto* export_cmd =
+      app.add_subcommand("export", "Write a bundle in a serving engine's format (docs/exports.md)");
+  export_cmd->add_option("bundle", ex.bundle_path, "Bundle file")->required();
+  export_cmd->add_option("--format", ex.format, "sglang (two .pt files) or gguf")->required();
+  export_cmd
+      ->add_option("--out", ex.out,
+                   "sglang: directory for k_rotation_*.pt / v_rotation_*.pt (created when "
+                   "missing); gguf: the .gguf file")
+      ->required();
+  export_cmd
+      ->add_option("--sglang-version", ex.sglang_version,
+                   "sglang format_version: 1 ([d, d] per layer) or 2 ([H, d, d]); default: 1 "
+                   "when every KV head shares its layer's rotation, else 2")
+      ->default_val(0);
+  export_cmd->add_flag("--allow-per-head", ex.allow_per_head,
+                       "gguf: write per-head rotations as [d, d, n_kv_heads] tensors (the "
+                       "llama.cpp port loads [d, d] only)");
+
+  oscar_bundle::ImportOptions im;
+  auto* import_cmd =
+      app.add_subcommand("import", "Make a bundle from a serving engine's rotation files");
+  import_cmd->add_option("--format", im.format, "sglang")->required();
+  import_cmd->add_option("--from", im.from_dir,
+                         "Directory with one k_rotation_*.pt and one v_rotation_*.pt");
+  import_cmd->add_option("--k-rotation", im.k_path, "Key rotation file (.pt)");
+  import_cmd->add_option("--v-rotation", im.v_path, "Value rotation file (.pt)");
+  import_cmd->add_option("--model", im.model_dir, "Model directory the rotations belong to")
+      ->required();
+  import_cmd->add_option("--out", im.out, "Bundle to write (.safetensors)")->required();
+  import_cmd->add_option("--clip-k", im.clip_k,
+                         "Key clip ratio for every head (default: recorded, else 0.96)");
+  import_cmd->add_option("--clip-v", im.clip_v,
+                         "Value clip ratio for every head (default: recorded, else 0.92)");
+  import_cmd->add_option("--composition", im.composition,
+                         "r_h_pbr, r, r_h or h (default: recorded, else from the objective name)");
+  import_cmd->add_option("--value-objective", im.value_objective,
+                         "attn or keyweight (default: recorded, else keyweight, the released "
+                         "code's 'sst')");
+  import_cmd->add_flag("--skip-hashes", im.skip_hashes,
+                       "Import even when the files' provenance names another checkpoint");
+
+  oscar_bundle::DiffOptions df;
+  auto* diff_cmd = app.add_subcommand(
+      "diff", "Compare two bundles (exit 0: within tolerance, 2: over tolerance, 1: error)");
+  diff_cmd->add_option("a", df.a, "First bundle")->required();
+  diff_cmd->add_option("b", df.b, "Second bundle")->required();
+  auto& t = df.tolerances;
+  diff_cmd->add_option("--rot-tol", t.rotation, "Max |R_A - R_B| per element (negative: unchecked)")
+      ->default_val(0.0);
+  diff_cmd
+      ->add_option("--angle-tol", t.angle_deg,
+                   "Max principal angle between leading eigen-subspaces, degrees "
+                   "(negative: unchecked)")
+      ->default_val(0.0);
+  diff_cmd
+      ->add_option("--eig-tol", t.eigen,
+                   "Max eigenvalue difference relative to the head's largest (negative: "
+                   "unchecked)")
+      ->default_val(0.0);
+  diff_cmd->add_option("--clip-tol", t.clip, "Max clip ratio difference (negative: unchecked)")
+      ->default_val(0.0);
+  diff_cmd
+      ->add_option("--aux-tol", t.aux,
+                   "Max relative difference of key/value means and smoothing scales "
+                   "(negative: unchecked)")
+      ->default_val(0.0);
+  diff_cmd
+      ->add_option("--leading", t.leading,
+                   "Eigenvectors spanning the compared subspace (0: head_dim / 4)")
+      ->default_val(0);
+  diff_cmd->add_option("--ignore-field", t.ignored_fields,
+                       "Manifest field (dotted, e.g. calibration.tokens) whose difference does "
+                       "not count; repeatable");
+  diff_cmd->add_flag("--all", df.all, "List every (layer, head, K/V), not only differing ones");
+  diff_cmd->add_option("--max-rows", df.max_rows, "Rows of the table")->default_val(40);
+  diff_cmd->add_flag("--json", df.json, "Print a JSON report");
+
   app.set_version_flag("--version", std::string(oscar::version()));
   CLI11_PARSE(app, argc, argv);
   try {
-    return inspect_cmd->parsed() ? inspect(o) : verify(o);
+    if (inspect_cmd->parsed()) return inspect(o);
+    if (verify_cmd->parsed()) return verify(o);
+    if (export_cmd->parsed()) return oscar_bundle::run_export(ex);
+    if (import_cmd->parsed()) return oscar_bundle::run_import(im);
+    return oscar_bundle::run_diff(df);
   } catch (const std::exception& e) {
     fmt::print(stderr, "oscar-bundle: error: {}\n", e.what());
   }

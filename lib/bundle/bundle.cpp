@@ -393,11 +393,20 @@ void write_bundle(const std::string& path, Bundle& bundle) {
 
 Bundle read_bundle(const std::string& path) {
   OSCAR_CHECK(file_exists(path), "bundle '{}' does not exist", path);
-  const SafetensorsFile file(path);
-  const auto manifest = file.metadata().find("oscar");
-  OSCAR_CHECK(manifest != file.metadata().end(),
-              "{}: not an OSCAR bundle (no 'oscar' manifest in the safetensors metadata)", path);
-  Bundle b = manifest_from_json(manifest->second, path);
+  const MappedFile file(path);
+  return parse_bundle(file.data(), file.size(), path);
+}
+
+Bundle parse_bundle(const std::uint8_t* bytes, std::size_t size, const std::string& origin) {
+  const SafetensorsHeader header = parse_safetensors_header(bytes, size, origin);
+  // The data section follows the 8-byte length prefix and the JSON header.
+  const std::uint8_t* data_section = bytes + 8 + header.header_size;
+  std::map<std::string, const TensorInfo*> by_name;
+  for (const TensorInfo& info : header.tensors) by_name.emplace(info.name, &info);
+  const auto manifest = header.metadata.find("oscar");
+  OSCAR_CHECK(manifest != header.metadata.end(),
+              "{}: not an OSCAR bundle (no 'oscar' manifest in the safetensors metadata)", origin);
+  Bundle b = manifest_from_json(manifest->second, origin);
 
   // Every tensor the manifest implies must be present with its dtype and shape; nothing else may
   // be.
@@ -406,20 +415,21 @@ Bundle read_bundle(const std::string& path) {
                   d > 0 && d <= 65536,
               "{}: implausible model dimensions in the manifest (layers {}, KV heads {}, "
               "head_dim {})",
-              path, b.model.num_layers, h, d);
+              origin, b.model.num_layers, h, d);
   b.layers.resize(b.model.num_layers);
   std::set<std::string> expected;
   auto load = [&](const std::string& name, std::vector<std::int64_t> shape,
                   std::vector<float>& out) {
     expected.insert(name);
-    const TensorInfo* info = file.find(name);
-    OSCAR_CHECK(info != nullptr, "{}: bundle lacks tensor {}", path, name);
-    OSCAR_CHECK(info->dtype == DType::F32, "{}: tensor {} is {}, expected F32", path, name,
+    const auto found = by_name.find(name);
+    OSCAR_CHECK(found != by_name.end(), "{}: bundle lacks tensor {}", origin, name);
+    const TensorInfo* info = found->second;
+    OSCAR_CHECK(info->dtype == DType::F32, "{}: tensor {} is {}, expected F32", origin, name,
                 dtype_name(info->dtype));
-    OSCAR_CHECK(info->shape == shape, "{}: tensor {} has shape [{}], expected [{}]", path, name,
+    OSCAR_CHECK(info->shape == shape, "{}: tensor {} has shape [{}], expected [{}]", origin, name,
                 fmt::join(info->shape, ", "), fmt::join(shape, ", "));
     out.resize(static_cast<std::size_t>(info->numel()));
-    std::memcpy(out.data(), file.data(*info), info->nbytes());
+    std::memcpy(out.data(), data_section + info->begin, info->nbytes());
   };
   for (std::int64_t i = 0; i < b.model.num_layers; ++i) {
     LayerRotations& layer = b.layers[i];
@@ -434,16 +444,16 @@ Bundle read_bundle(const std::string& path) {
     if (b.calibration.center_values) load(prefix + "v_mean", {h, d}, layer.v_mean);
     if (b.calibration.smooth_keys > 0.0) load(prefix + "k_smooth", {h, d}, layer.k_smooth);
   }
-  for (const TensorInfo& info : file.tensors()) {
+  for (const TensorInfo& info : header.tensors) {
     OSCAR_CHECK(expected.count(info.name) == 1,
-                "{}: unexpected tensor {} (not part of bundle format v{})", path, info.name,
+                "{}: unexpected tensor {} (not part of bundle format v{})", origin, info.name,
                 written_format_version(b));
   }
   const std::string actual = bundle_checksum(b);
   OSCAR_CHECK(actual == b.tensor_sha256,
-              "{}: tensor checksum mismatch (manifest {}, data {}): the file is corrupt", path,
+              "{}: tensor checksum mismatch (manifest {}, data {}): the file is corrupt", origin,
               b.tensor_sha256, actual);
-  validate_bundle(b, path);
+  validate_bundle(b, origin);
   return b;
 }
 

@@ -2,6 +2,7 @@
 #include "oscar/kv_statistics.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -255,19 +256,36 @@ KvStatistics KvStatistics::load(const std::string& path, torch::Device device,
                 "{}: statistics format_version {} is not supported (this build reads {}): "
                 "recompute the statistics with this version",
                 path, version, kStatsVersion);
-    KvStatistics stats(
-        m.at("num_layers").get<std::int64_t>(), m.at("num_heads").get<std::int64_t>(),
-        m.at("num_kv_heads").get<std::int64_t>(), m.at("head_dim").get<std::int64_t>(), device);
+    const auto num_layers = m.at("num_layers").get<std::int64_t>();
+    const auto num_kv_heads = m.at("num_kv_heads").get<std::int64_t>();
+    const auto head_dim = m.at("head_dim").get<std::int64_t>();
+    const bool keyweight_pass = m.at("keyweight_pass").get<bool>();
+    // The manifest's counts size the accumulators: check them against the file's tensors before
+    // allocating, so a corrupt count cannot ask for more memory than the file itself holds.
+    const std::size_t per_layer = keyweight_pass ? 8 : 7;
+    OSCAR_CHECK(num_layers > 0 && num_kv_heads > 0 && head_dim > 0 &&
+                    static_cast<std::uint64_t>(num_layers) * per_layer == file.tensors().size(),
+                "{}: the manifest's {} layers, {} KV heads, head_dim {} do not match the {} "
+                "tensors in the file",
+                path, num_layers, num_kv_heads, head_dim, file.tensors().size());
+    const TensorInfo& first = file.at("layers.0.q_sum");
+    OSCAR_CHECK(first.shape == std::vector<std::int64_t>({num_kv_heads, head_dim, head_dim}),
+                "{}: tensor layers.0.q_sum has shape [{}], but the manifest says {} KV heads of "
+                "head_dim {}",
+                path, fmt::join(first.shape, ", "), num_kv_heads, head_dim);
+    KvStatistics stats(num_layers, m.at("num_heads").get<std::int64_t>(), num_kv_heads, head_dim,
+                       device);
     stats.main_tokens_ = m.at("main_tokens").get<std::int64_t>();
     stats.main_sequences = m.at("main_sequences").get<std::int64_t>();
-    stats.keyweight_pass_ = m.at("keyweight_pass").get<bool>();
+    stats.keyweight_pass_ = keyweight_pass;
     stats.keyweight_tokens_ = m.at("keyweight_tokens").get<std::int64_t>();
     stats.keyweight_sequences = m.at("keyweight_sequences").get<std::int64_t>();
     if (provenance != nullptr) *provenance = provenance_from_json(m.at("provenance"));
     auto read = [&](const std::string& name, torch::Tensor& into) {
       const TensorInfo& info = file.at(name);
       OSCAR_CHECK(info.dtype == DType::F64 && info.shape == into.sizes().vec(),
-                  "{}: tensor {} has the wrong dtype or shape", path, name);
+                  "{}: tensor {} is {} [{}], expected F64 [{}]", path, name, dtype_name(info.dtype),
+                  fmt::join(info.shape, ", "), fmt::join(into.sizes().vec(), ", "));
       auto cpu = torch::empty(into.sizes(), torch::kFloat64);
       std::memcpy(cpu.data_ptr<double>(), file.data(info), info.nbytes());
       into = cpu.to(device);

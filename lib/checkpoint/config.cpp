@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -21,9 +22,16 @@ bool has(const json& j, const char* key) { return j.contains(key) && !j.at(key).
 std::int64_t get_int(const json& j, const char* key, const std::string& origin) {
   OSCAR_CHECK(has(j, key), "{}: missing required key '{}'", origin, key);
   const json& v = j.at(key);
-  OSCAR_CHECK(v.is_number_integer() ||
-                  (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())),
-              "{}: '{}' must be an integer", origin, key);
+  // Integers written as floats (64.0) are accepted; anything outside int64 is rejected rather than
+  // wrapped (unsigned) or converted with undefined behaviour (floats).
+  constexpr double kLimit = 9223372036854775808.0;  // 2^63
+  const bool in_range =
+      v.is_number_unsigned()
+          ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX)
+          : v.is_number_integer() ||
+                (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
+                 v.get<double>() >= -kLimit && v.get<double>() < kLimit);
+  OSCAR_CHECK(in_range, "{}: '{}' must be an integer (got {})", origin, key, v.dump());
   return v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(v.get<double>());
 }
 

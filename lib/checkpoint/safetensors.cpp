@@ -87,16 +87,21 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-// Parses a JSON document and rejects repeated keys in its top-level object: nlohmann would keep the
-// last one silently, and a tensor listed twice is either corrupt or an attempt to confuse readers.
-json parse_json_unique_top_keys(const char* first, const char* last, const std::string& origin,
-                                const char* what) {
-  std::set<std::string> seen;
+// Parses a JSON document and rejects repeated keys in any object: nlohmann would keep the last one
+// silently, and a tensor (or a tensor's dtype, or an index entry) listed twice is either corrupt or
+// an attempt to make readers disagree.
+json parse_json_unique_keys(const char* first, const char* last, const std::string& origin,
+                            const char* what) {
+  std::vector<std::set<std::string>> open_objects;  // keys seen so far in each enclosing object
   json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      open_objects.pop_back();
+    } else if (event == json::parse_event_t::key) {
       const std::string& key = parsed.get_ref<const std::string&>();
-      OSCAR_CHECK(seen.insert(key).second, "invalid {} '{}': key '{}' appears twice", what, origin,
-                  key);
+      OSCAR_CHECK(open_objects.back().insert(key).second, "invalid {} '{}': key '{}' appears twice",
+                  what, origin, key);
     }
     return true;
   };
@@ -171,7 +176,8 @@ std::int64_t TensorInfo::numel() const {
 SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::size_t file_size,
                                            const std::string& origin) {
   OSCAR_CHECK(file_size >= kPrefixSize,
-              "invalid safetensors file '{}': {} bytes is shorter than the 8-byte header length",
+              "invalid safetensors file '{}': {} bytes is shorter than the 8-byte header length "
+              "(empty or truncated file?)",
               origin, file_size);
   const std::uint64_t n = read_le64(bytes);
   OSCAR_CHECK(n <= kMaxHeaderSize,
@@ -189,7 +195,7 @@ SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::size_
 
   const char* json_begin = reinterpret_cast<const char*>(bytes + kPrefixSize);
   const json doc =
-      parse_json_unique_top_keys(json_begin, json_begin + n, origin, "safetensors header in");
+      parse_json_unique_keys(json_begin, json_begin + n, origin, "safetensors header in");
   OSCAR_CHECK(doc.is_object(), "invalid safetensors file '{}': the header is not a JSON object",
               origin);
 
@@ -251,7 +257,8 @@ SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::size_
     }
     if (info.end > header.data_size) {
       fail_tensor(origin, key,
-                  fmt::format("has data_offsets [{}, {}] beyond the {}-byte data section",
+                  fmt::format("has data_offsets [{}, {}] beyond the {}-byte data section "
+                              "(truncated file?)",
                               info.begin, info.end, header.data_size));
     }
     if (info.end - info.begin != expected) {
@@ -326,6 +333,30 @@ std::string_view SafetensorsFile::header_json() const {
 
 // --- Checkpoint ---
 
+std::map<std::string, std::string> parse_safetensors_index(std::string_view json_text,
+                                                           const std::string& origin) {
+  const json doc = parse_json_unique_keys(json_text.data(), json_text.data() + json_text.size(),
+                                          origin, "index");
+  OSCAR_CHECK(doc.is_object(), "invalid index '{}': not a JSON object", origin);
+  const auto wm = doc.find("weight_map");
+  OSCAR_CHECK(wm != doc.end() && wm->is_object(), "invalid index '{}': no \"weight_map\" object",
+              origin);
+  OSCAR_CHECK(!wm->empty(), "invalid index '{}': \"weight_map\" is empty", origin);
+  std::map<std::string, std::string> weight_map;
+  for (const auto& [tensor, shard] : wm->items()) {
+    OSCAR_CHECK(shard.is_string(), "invalid index '{}': shard of tensor '{}' is not a string",
+                origin, tensor);
+    const std::string& name = shard.get_ref<const std::string&>();
+    // The index is data from a download; it must not make us open files outside the directory.
+    OSCAR_CHECK(valid_shard_name(name),
+                "invalid index '{}': shard name '{}' of tensor '{}' is not a plain file name in "
+                "the model directory",
+                origin, name, tensor);
+    weight_map.emplace(tensor, name);
+  }
+  return weight_map;
+}
+
 Checkpoint Checkpoint::open(const std::string& model_dir) {
   Checkpoint ckpt;
   ckpt.dir_ = model_dir;
@@ -340,29 +371,10 @@ Checkpoint Checkpoint::open(const std::string& model_dir) {
     return ckpt;
   }
 
-  const std::string text = read_file(index_path);
-  const json doc =
-      parse_json_unique_top_keys(text.data(), text.data() + text.size(), index_path, "index");
-  OSCAR_CHECK(doc.is_object(), "invalid index '{}': not a JSON object", index_path);
-  const auto wm = doc.find("weight_map");
-  OSCAR_CHECK(wm != doc.end() && wm->is_object(), "invalid index '{}': no \"weight_map\" object",
-              index_path);
-  OSCAR_CHECK(!wm->empty(), "invalid index '{}': \"weight_map\" is empty", index_path);
-
-  std::map<std::string, std::string> weight_map;  // tensor -> shard file name
-  std::map<std::string, std::size_t> shard_ids;   // sorted, so files_ follows shard numbering
-  for (const auto& [tensor, shard] : wm->items()) {
-    OSCAR_CHECK(shard.is_string(), "invalid index '{}': shard of tensor '{}' is not a string",
-                index_path, tensor);
-    const std::string& name = shard.get_ref<const std::string&>();
-    // The index is data from a download; it must not make us open files outside the directory.
-    OSCAR_CHECK(valid_shard_name(name),
-                "invalid index '{}': shard name '{}' of tensor '{}' is not a plain file name in "
-                "the model directory",
-                index_path, name, tensor);
-    weight_map.emplace(tensor, name);
-    shard_ids.emplace(name, 0);
-  }
+  const std::map<std::string, std::string> weight_map =  // tensor -> shard file name
+      parse_safetensors_index(read_file(index_path), index_path);
+  std::map<std::string, std::size_t> shard_ids;  // sorted, so files_ follows shard numbering
+  for (const auto& [tensor, shard] : weight_map) shard_ids.emplace(shard, 0);
 
   std::vector<std::string> shard_names;
   for (auto& [name, id] : shard_ids) {

@@ -85,33 +85,94 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+// Writes all of `bytes` to `fd` and flushes it to disk; false (errno set) on failure.
+bool write_all_and_sync(int fd, std::string_view bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return ::fsync(fd) == 0;
+}
+
+std::string directory_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Makes a rename inside `dir` durable: without this a crash shortly after the rename can bring
+// back the old directory entry (or none) although the file's data were synced. A directory we may
+// write but not read cannot be opened; the file is in place then, only less durable.
+void sync_directory(const std::string& dir, const std::string& path) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  const bool ok = ::fsync(fd) == 0 || errno == EINVAL;  // EINVAL: the file system cannot sync dirs
+  const std::string why = errno_text();
+  ::close(fd);
+  OSCAR_CHECK(ok, "cannot sync directory '{}' after writing '{}': {}", dir, path, why);
+}
+
+// Writes the data into an unnamed file of `dir` (O_TMPFILE) and gives it the name `tmp` only once
+// it is complete and synced, so that a process killed while writing leaves nothing behind. False
+// when the file system or kernel does not support it (nothing was created then).
+bool write_unnamed_then_link(const std::string& dir, const std::string& tmp,
+                             const std::string& path, std::string_view bytes) {
+#ifdef O_TMPFILE
+  const int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  if (!write_all_and_sync(fd, bytes)) {
+    const std::string why = errno_text();
+    ::close(fd);  // the unnamed file disappears with its descriptor
+    fail("cannot write '{}': {}", path, why);
+  }
+  // Naming an O_TMPFILE file needs linkat through /proc (AT_EMPTY_PATH needs a capability).
+  const std::string proc = fmt::format("/proc/self/fd/{}", fd);
+  const bool linked =
+      ::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0;
+  ::close(fd);
+  return linked;
+#else
+  (void)dir, (void)tmp, (void)path, (void)bytes;
+  return false;
+#endif
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   std::random_device rd;
   const std::string tmp = fmt::format("{}.tmp.{}.{:08x}", path, ::getpid(), rd());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  OSCAR_CHECK(fd >= 0, "cannot create '{}': {}", tmp, errno_text());
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::string why = errno_text();
+  const std::string dir = directory_of(path);
+  if (!write_unnamed_then_link(dir, tmp, path, bytes)) {
+    // Fallback: a named temporary file, removed again on any error.
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    OSCAR_CHECK(fd >= 0, "cannot create '{}': {}", tmp, errno_text());
+    if (!write_all_and_sync(fd, bytes)) {
+      const std::string why = errno_text();
       ::close(fd);
       ::unlink(tmp.c_str());
       fail("cannot write '{}': {}", path, why);
     }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    fail("cannot flush '{}': {}", path, why);
+    if (::close(fd) != 0) {
+      const std::string why = errno_text();
+      ::unlink(tmp.c_str());
+      fail("cannot flush '{}': {}", path, why);
+    }
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string why = errno_text();
+    const std::string why = errno_text();
     ::unlink(tmp.c_str());
     fail("cannot rename '{}' to '{}': {}", tmp, path, why);
   }
+  sync_directory(dir, path);
 }
 
 bool file_exists(const std::string& path) {

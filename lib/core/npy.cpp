@@ -44,8 +44,9 @@ std::int64_t NpyArray::numel() const {
   return n;
 }
 
-NpyArray read_npy(const std::string& path) {
-  std::string raw = read_file(path);
+NpyArray read_npy(const std::string& path) { return parse_npy(read_file(path), path); }
+
+NpyArray parse_npy(std::string_view raw, const std::string& path) {
   OSCAR_CHECK(raw.size() >= 10 && std::memcmp(raw.data(), "\x93NUMPY", 6) == 0,
               "{}: not a .npy file", path);
   const auto major = static_cast<std::uint8_t>(raw[6]);
@@ -62,7 +63,7 @@ NpyArray read_npy(const std::string& path) {
     offset = 12;
   }
   OSCAR_CHECK(offset + header_len <= raw.size(), "{}: truncated .npy header", path);
-  std::string header = raw.substr(offset, header_len);
+  std::string header(raw.substr(offset, header_len));
   NpyArray a;
   a.descr = header_value(header, "descr", path);
   OSCAR_CHECK(header_value(header, "fortran_order", path).find("False") != std::string::npos,
@@ -80,7 +81,16 @@ NpyArray read_npy(const std::string& path) {
   }
   const std::size_t esize = descr_size(a.descr);
   OSCAR_CHECK(esize > 0, "{}: unsupported dtype '{}'", path, a.descr);
-  const std::size_t nbytes = static_cast<std::size_t>(a.numel()) * esize;
+  // Element count and byte size with overflow checks, left to right as numel() multiplies: a
+  // shape whose product wraps around could otherwise match a small data section.
+  std::int64_t numel = 1;
+  for (std::int64_t d : a.shape) {
+    OSCAR_CHECK(!__builtin_mul_overflow(numel, d, &numel), "{}: shape '({})' is too large", path,
+                shape);
+  }
+  std::size_t nbytes = 0;
+  OSCAR_CHECK(!__builtin_mul_overflow(static_cast<std::size_t>(numel), esize, &nbytes),
+              "{}: shape '({})' is too large", path, shape);
   OSCAR_CHECK(raw.size() - offset - header_len == nbytes,
               "{}: data size {} does not match shape and dtype ({} bytes expected)", path,
               raw.size() - offset - header_len, nbytes);
@@ -91,7 +101,7 @@ NpyArray read_npy(const std::string& path) {
 std::vector<float> NpyArray::as_float32() const {
   std::vector<float> out(static_cast<std::size_t>(numel()));
   if (descr == "<f4") {
-    std::memcpy(out.data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());  // data() may be null
   } else if (descr == "<f8") {
     for (std::size_t i = 0; i < out.size(); ++i) {
       double v;

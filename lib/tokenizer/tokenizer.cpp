@@ -228,6 +228,14 @@ void Tokenizer::Impl::load(const Json& root) {
     }
     std::int64_t multiple = tok::get_int_or(pad, "pad_to_multiple_of", 0, origin, where);
     p.multiple = multiple > 0 ? static_cast<std::size_t>(multiple) : 0;
+    // Every encode allocates the padded length, so an absurd one (a corrupt file) would ask for
+    // gigabytes per call; 2^24 tokens is far beyond any model's context.
+    constexpr std::size_t kMaxPaddedLength = std::size_t{1} << 24;
+    if (p.fixed.value_or(0) > kMaxPaddedLength || p.multiple > kMaxPaddedLength) {
+      tok::config_fail(origin,
+                       fmt::format("padding: length {} exceeds the limit of {} tokens",
+                                   std::max(p.fixed.value_or(0), p.multiple), kMaxPaddedLength));
+    }
     p.direction = tok::get_string_or(pad, "direction", "Right", origin, where) == "Left"
                       ? Direction::kLeft
                       : Direction::kRight;

@@ -2,6 +2,7 @@
 // checks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -100,6 +101,9 @@ void write_bundle(const std::string& path, Bundle& bundle);
 // versions are rejected), every expected tensor present with its dtype and shape and nothing
 // unexpected, the tensor checksum.
 Bundle read_bundle(const std::string& path);
+
+// read_bundle on the bytes of a whole bundle file already in memory; `origin` names it in errors.
+Bundle parse_bundle(const std::uint8_t* bytes, std::size_t size, const std::string& origin);
 
 // The manifest as JSON text (what `__metadata__["oscar"]` holds).
 std::string bundle_manifest_json(const Bundle& bundle, int indent = -1);

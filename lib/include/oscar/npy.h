@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace oscar {
@@ -16,6 +17,8 @@ struct NpyArray {
 };
 
 NpyArray read_npy(const std::string& path);
+// read_npy on the bytes of a whole .npy file; `origin` names it in errors.
+NpyArray parse_npy(std::string_view bytes, const std::string& origin);
 void write_npy_float32(const std::string& path, const std::vector<std::int64_t>& shape,
                        const float* data);
 

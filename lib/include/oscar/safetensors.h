@@ -63,6 +63,13 @@ struct SafetensorsHeader {
 SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::size_t file_size,
                                            const std::string& origin);
 
+// Parses a `model.safetensors.index.json` (text `json_text`, named `origin` in errors) into its
+// weight map, tensor name -> shard file name. Checks: a JSON object without repeated keys, a
+// non-empty "weight_map" object of strings, each a plain file name inside the model directory (no
+// '/', no "..").
+std::map<std::string, std::string> parse_safetensors_index(std::string_view json_text,
+                                                           const std::string& origin);
+
 // One memory-mapped, validated safetensors file.
 class SafetensorsFile {
  public:
