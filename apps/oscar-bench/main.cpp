@@ -76,9 +76,14 @@ void fill_bf16(Buffer& b, std::size_t count, std::mt19937& rng) {
   }
 }
 
-// Median time in microseconds of `fn` over `iters` runs (events around each run).
+// Median time in microseconds of `fn` over `iters` runs, events around each run. Before each run
+// a 256 MiB memset evicts the 50 MB L2 (every run reads its cache from HBM, as a decode step over
+// a model's layers does) and keeps the GPU busy while the host enqueues `fn`, so that host-side
+// launch costs are not timed (as in a CUDA graph); scripts/gpu/bench_sdpa.py times torch the same
+// way.
 template <typename Fn>
 double time_us(Fn&& fn, int iters) {
+  static Buffer flush(std::size_t(256) << 20);
   for (int i = 0; i < 3; ++i) fn();
   check(cudaDeviceSynchronize(), "warm-up");
   cudaEvent_t start, stop;
@@ -86,6 +91,7 @@ double time_us(Fn&& fn, int iters) {
   cudaEventCreate(&stop);
   std::vector<float> ms;
   for (int i = 0; i < iters; ++i) {
+    check(cudaMemsetAsync(flush.ptr, i & 0xff, std::size_t(256) << 20), "L2 flush");
     cudaEventRecord(start);
     fn();
     cudaEventRecord(stop);

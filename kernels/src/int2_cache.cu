@@ -305,16 +305,10 @@ __device__ __forceinline__ void process_page(const DecodeParams& p, std::int64_t
   }
 }
 
-// Programmatic dependent launch (Hopper): a kernel lets the next one in the stream start early,
-// and that one waits, where it must, for the first to complete and flush its writes.
+// Programmatic dependent launch (Hopper): a kernel lets the next one in the stream start early.
 __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisite_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
@@ -322,6 +316,67 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 struct SplitRange {
   int offset, count, total;
 };
+
+// The blocks of both decode kernels count themselves per (sequence, KV head) when their partial
+// result is written; the last one merges, so no merge kernel is launched. decode_attention zeroes
+// the counters before the launch (the merging block also sets its counter back to zero).
+struct MergeCount {
+  int* counters = nullptr;  // [batch, KV heads]; null: merge_splits_kernel merges
+  int blocks = 0;           // blocks of both kernels per (sequence, KV head)
+};
+
+// True in every thread of the block that finished last; its view of the other blocks' partial
+// results is then complete.
+__device__ __forceinline__ bool finishes_last(const MergeCount& merge, int b, int kvh) {
+  __shared__ bool last;
+  __threadfence();  // this block's partial result is visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = &merge.counters[b * gridDim.y + kvh];
+    last = atomicAdd(counter, 1) == merge.blocks - 1;
+    if (last) atomicExch(counter, 0);
+  }
+  __syncthreads();
+  if (last) __threadfence();  // results counted before ours are read after the count
+  return last;
+}
+
+// Merges all splits of a (sequence, KV head) into the output inside the block that finished last:
+// the same log-sum-exp combination as merge_splits_kernel, the G heads' split weights in shared
+// memory (weight: G * total floats, inv_l: G floats).
+template <int D, int G, int W>
+__device__ void merge_in_block(const DecodeParams& p, const float* part_o,
+                               const SplitPartial* part_ml, int b, int kvh, int total,
+                               float* weight, float* inv_l) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const std::int64_t head0 = static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G;
+  for (int g = warp; g < G; g += W) {
+    const SplitPartial* ml = part_ml + (head0 + g) * total;
+    float m = -INFINITY;
+    for (int s = lane; s < total; s += 32) m = fmaxf(m, __ldcg(&ml[s].m));
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, off));
+    float l = 0.0f;
+    for (int s = lane; s < total; s += 32) {
+      const float ms = __ldcg(&ml[s].m);
+      const float w = ms == -INFINITY ? 0.0f : exp2f(ms - m);
+      weight[g * total + s] = w;
+      l += w * __ldcg(&ml[s].l);
+    }
+    l = warp_sum(l);
+    if (lane == 0) inv_l[g] = l > 0.0f ? 1.0f / l : 0.0f;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * D; idx += W * 32) {
+    const int g = idx / D, e = idx % D;
+    const float* po = part_o + (head0 + g) * total * D + e;
+    const float* wg = weight + g * total;
+    float o = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < total; ++s)
+      o = fmaf(wg[s], __ldcg(po + static_cast<std::int64_t>(s) * D), o);
+    p.out[(head0 + g) * D + e] = float_to_bf16(o * inv_l[g]);
+  }
+}
 
 // Combines the W warps of a block (each with its running max and sum per head and its output rows
 // in sm_o) into the block's partial result for its split.
@@ -353,10 +408,7 @@ __device__ void write_block_partial(const DecodeParams& p, const float (&sm_m)[W
 template <int D, int G, int P>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_kernel(DecodeParams p, float* part_o, SplitPartial* part_ml, SplitRange range,
-                  bool bf16_only) {
-  // The tensor-core kernel that follows does not read this kernel's results: let it start now
-  // (programmatic dependent launch) so that both run side by side.
-  if (bf16_only) allow_dependent_launch();
+                  bool bf16_only, MergeCount merge) {
   const int num_splits = range.count;
   using Map = RowMap<D>;
   constexpr int L = Map::kLanesPerRow, R = Map::kRowsPerStep;
@@ -474,6 +526,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   __syncthreads();
   write_block_partial<D, G, kDecodeWarps>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o,
                                           part_ml);
+  if (merge.counters != nullptr && finishes_last(merge, b, kvh)) {
+    merge_in_block<D, G, kDecodeWarps>(p, part_o, part_ml, b, kvh, range.total, &sm_o[0][0][0],
+                                       &sm_m[0][0]);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -494,8 +550,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 // fragment of head gid uses the same elements. Values: lane gid reads d/32 bytes (from byte
 // gid d/32) of the rows of tokens 2t, 2t+1, 2t+8, 2t+9; register r of a row pair holds element
 // e_v(gid, r) of both tokens and is the A row gid (r even) or gid + 8 (r odd) of m-tile r/2.
-constexpr int kTcWarps = 4;
 constexpr int kTileTokens = 16;
+// Warps of a tensor-core block: one block per multiprocessor (registers bound it to 512 threads at
+// d <= 128, 256 at d 256), so that a sequence's KV head has few splits and the merge reads little.
+template <int D>
+inline constexpr int kTcWarps = D >= 256 ? 8 : 16;
 
 __device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t s) {
   std::uint32_t d;
@@ -601,6 +660,9 @@ __device__ __forceinline__ std::uint32_t value_register(const ValueBits<D>& v, i
   return codes_as_subnormals(v.w[(r / 4) / 4][(r / 4) % 4], r % 4);
 }
 
+// log2 of the largest softmax weight the tensor-core kernel lets through before it rescales.
+constexpr float kRescaleSlack = 4.0f;
+
 // A tile in shared memory: the 16 rows of key and value codes and their scale/zero words, filled
 // by cp.async. Rows of tokens past the history are zero-filled (zero scales: no garbage, no NaN).
 template <int D>
@@ -648,23 +710,24 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, int2 pages, in
   const std::int64_t row_hi =
       P == 16 ? row_lo + 8 : (static_cast<std::int64_t>(pages.y) * hkv + kvh) * P;
   if (token0 + kTileTokens <= int2_len) {
-    // A full tile (the common case, uniform over the warp): rows 0-7 and 8-15 are contiguous
-    // runs of 8 rows, so a chunk's source is one of two bases plus a per-lane constant.
-    const std::uint8_t* k_lo = p.k_codes + row_lo * kRowBytes;
-    const std::uint8_t* k_hi = p.k_codes + row_hi * kRowBytes;
-    const std::uint8_t* v_lo = p.v_codes + row_lo * kRowBytes;
-    const std::uint8_t* v_hi = p.v_codes + row_hi * kRowBytes;
+    // A full tile (the common case, uniform over the warp): rows 0-7 and 8-15 are runs of 8 rows
+    // of one page (P 16) or of two (P 8), so a chunk's source is its page's base plus a per-lane
+    // constant, and the K and V chunks share the offset.
     constexpr int kHalf = 8 * kRowBytes;
 #pragma unroll
     for (int c = lane; c < kChunks; c += 32) {
       const int at = c * 16;
       const bool low = at < kHalf;
-      cp_async_16(&dst.k[0][0] + at, low ? k_lo + at : k_hi + (at - kHalf), 16);
-      cp_async_16(&dst.v[0][0] + at, low ? v_lo + at : v_hi + (at - kHalf), 16);
+      const int page = P == 16 || low ? pages.x : pages.y;
+      const std::int64_t offset = (static_cast<std::int64_t>(page) * hkv + kvh) * (P * kRowBytes) +
+                                  (P == 16 || low ? at : at - kHalf);
+      cp_async_16(&dst.k[0][0] + at, p.k_codes + offset, 16);
+      cp_async_16(&dst.v[0][0] + at, p.v_codes + offset, 16);
     }
-    if (lane < 8) {
+    if (lane < 8) {  // scale/zero words: 4 rows per chunk, lanes 0-3 keys, 4-7 values
       const int j = 4 * (lane & 3);
-      const std::int64_t row = j < 8 ? row_lo + j : row_hi + (j - 8);
+      const int page = P == 16 || j < 8 ? pages.x : pages.y;
+      const std::int64_t row = (static_cast<std::int64_t>(page) * hkv + kvh) * P + j % P;
       const auto* src =
           reinterpret_cast<const std::uint32_t*>(lane < 4 ? p.k_scale_zero : p.v_scale_zero);
       cp_async_16(lane < 4 ? &dst.ksz[j] : &dst.vsz[j], src + row, 16);
@@ -691,18 +754,31 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, int2 pages, in
   }
 }
 
-// Four blocks (16 warps) per multiprocessor at d <= 128 (registers capped at 128; five blocks
-// measured slower at batch 32).
+// Shared memory of the tensor-core kernel: the warps' copy rings, reused at the end for the
+// warps' combine and (in the block that merges) the split weights.
+template <int D, int G>
+__host__ __device__ constexpr std::size_t tc_ring_bytes() {
+  return sizeof(TcTile<D>) * kTcStages<D> * kTcWarps<D>;
+}
+template <int D, int G>
+__host__ __device__ constexpr std::size_t tc_smem_bytes() {
+  constexpr std::size_t combine = sizeof(float) * kTcWarps<D> * G * (D + 2);
+  return tc_ring_bytes<D, G>() > combine ? tc_ring_bytes<D, G>() : combine;
+}
+
+// One block per multiprocessor (kTcWarps warps, registers capped at 128 a thread at d <= 128).
 template <int D, int G, int P>
-__global__ void __launch_bounds__(kTcWarps * 32, D >= 256 ? 2 : 4)
-    decode_int2_tc_kernel(DecodeParams p, float* part_o, SplitPartial* part_ml, SplitRange range) {
+__global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
+    decode_int2_tc_kernel(DecodeParams p, float* part_o, SplitPartial* part_ml, SplitRange range,
+                          MergeCount merge) {
+  // The BF16-window kernel launched next shares no data with this one but the merge counters:
+  // let it start at once (programmatic dependent launch) on the multiprocessors left free.
+  allow_dependent_launch();
   using Map = TcMap<D>;
   constexpr int KT = D / 16;  // k-tiles of S^T = m-tiles of O^T
   constexpr int NS = kTcStages<D>;
-  constexpr std::size_t kRingBytes = sizeof(TcTile<D>) * NS * kTcWarps;
-  constexpr std::size_t kCombineBytes = sizeof(float) * kTcWarps * G * (D + 2);
-  __shared__ alignas(
-      16) unsigned char smem[kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes];
+  constexpr int W = kTcWarps<D>;
+  extern __shared__ __align__(16) unsigned char smem[];
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
   TcTile<D>* ring = reinterpret_cast<TcTile<D>*>(smem) + warp * NS;
@@ -712,20 +788,22 @@ __global__ void __launch_bounds__(kTcWarps * 32, D >= 256 ? 2 : 4)
   const int tiles = (int2_len + kTileTokens - 1) / kTileTokens;
   const int per_split = (tiles + range.count - 1) / range.count;
   const int split_begin = split * per_split, split_end = min(tiles, split_begin + per_split);
-  const int per_warp = (max(0, split_end - split_begin) + kTcWarps - 1) / kTcWarps;
+  const int per_warp = (max(0, split_end - split_begin) + W - 1) / W;
   const int tile_begin = split_begin + warp * per_warp;
   const int tile_end = min(split_end, tile_begin + per_warp);
   const int count = max(0, tile_end - tile_begin);
   const std::int32_t* table =
       p.int2_block_table + static_cast<std::int64_t>(b) * p.int2_table_stride;
 
+  // Issues tile `tile` into ring slot `slot`.
+  auto issue = [&](int2 pages, int tile, int slot) {
+    issue_tile<D, P>(p, pages, kvh, tile, int2_len, lane, ring[slot]);
+  };
+
   // Start the pipeline before anything else: NS - 1 tiles in flight.
 #pragma unroll
   for (int s = 0; s < NS - 1; ++s) {
-    if (s < count) {
-      const int tile = tile_begin + s;
-      issue_tile<D, P>(p, tile_pages<P>(table, tile, int2_len), kvh, tile, int2_len, lane, ring[s]);
-    }
+    if (s < count) issue(tile_pages<P>(table, tile_begin + s, int2_len), tile_begin + s, s);
     cp_async_commit();
   }
   int2 next_pages =
@@ -754,6 +832,8 @@ __global__ void __launch_bounds__(kTcWarps * 32, D >= 256 ? 2 : 4)
   q_sum[0] = __shfl_sync(kFullMask, q_sum_own, 8 * t);      // head 2t lives in lanes 4 (2t) ..
   q_sum[1] = __shfl_sync(kFullMask, q_sum_own, 8 * t + 4);  // head 2t + 1
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  const float logit_unit = kSubnormalScale * scale_log2;  // s is in units of 2^-24
+  const float q_sum_log2[2] = {q_sum[0] * scale_log2, q_sum[1] * scale_log2};
 
   float o[KT][4];
 #pragma unroll
@@ -765,9 +845,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, D >= 256 ? 2 : 4)
     __syncwarp();             // ... and for every lane's; slot (i - 1) % NS is free again
     {
       const int ahead = i + NS - 1;
-      if (ahead < count) {
-        issue_tile<D, P>(p, next_pages, kvh, tile_begin + ahead, int2_len, lane, ring[ahead % NS]);
-      }
+      if (ahead < count) issue(next_pages, tile_begin + ahead, ahead % NS);
       cp_async_commit();
       if (ahead + 1 < count) next_pages = tile_pages<P>(table, tile_begin + ahead + 1, int2_len);
     }
@@ -793,38 +871,58 @@ __global__ void __launch_bounds__(kTcWarps * 32, D >= 256 ? 2 : 4)
 #pragma unroll
       for (int c = 0; c < 4; ++c) s[c] += s_odd[c];
     }
-    // Logits of tokens gid (s[0], s[1]) and gid + 8 (s[2], s[3]) for heads 2t, 2t + 1.
-    float logit[4], vs[2], vz[2];
+    // Exponent arguments x = logit - m_run (log2 units) of tokens gid (x[0], x[1]) and gid + 8
+    // (x[2], x[3]) for heads 2t, 2t + 1. logit = ks (s 2^24 - kz q_sum) scale log2(e) becomes
+    // two fused multiply-adds per entry with the per-row factors below.
+    float row_k[2], row_kz[2], vs[2], vz[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const bool valid = token0 + gid + 8 * h < int2_len;
       // bf16 (scale, zero) pairs: a bf16 is the top half of its float.
       const std::uint32_t ksz = tile.ksz[gid + 8 * h], vsz = tile.vsz[gid + 8 * h];
       const float ks = __uint_as_float(ksz << 16), kz = __uint_as_float(ksz & 0xffff0000u);
+      row_k[h] = ks * logit_unit;
+      row_kz[h] = ks * kz;
       vs[h] = __uint_as_float(vsz << 16);
       vz[h] = __uint_as_float(vsz & 0xffff0000u);
+    }
+    const bool partial = token0 + kTileTokens > int2_len;  // warp-uniform: only a last tile
+    auto exponent = [&](int h, int j, float m) {
+      const float x = fmaf(s[2 * h + j], row_k[h], -fmaf(row_kz[h], q_sum_log2[j], m));
+      return partial && token0 + gid + 8 * h >= int2_len ? -INFINITY : x;
+    };
+    float x[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) x[2 * h + j] = exponent(h, j, m_run[j]);
+    }
+    // Online softmax that rescales only when some logit exceeds its head's running maximum by
+    // more than kRescaleSlack (so p <= 2^kRescaleSlack; fp32 sums and the fp16 P' = p vs have
+    // room for that): after the first tiles that is rare, and the common path needs no cross-lane
+    // maximum and no rescaling. m_run = -inf makes every valid x +inf: the first tile rescales.
+    if (__any_sync(kFullMask, fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3])) > kRescaleSlack)) {
+      float logit[4], alpha[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) logit[2 * h + j] = exponent(h, j, 0.0f);
+      }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        logit[2 * h + j] =
-            valid ? ks * (s[2 * h + j] * kSubnormalScale - kz * q_sum[j]) * scale_log2 : -INFINITY;
+        // The tile's maximum over its 16 tokens (lanes of equal t).
+        float mx = fmaxf(logit[j], logit[2 + j]);
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 16));
+        const float m_new = fmaxf(m_run[j], mx);
+        alpha[j] = m_new == -INFINITY ? 1.0f : fast_exp2(m_run[j] - m_new);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        m_run[j] = m_new;
+        l_run[j] *= alpha[j];
+        zero_run[j] *= alpha[j];
+        x[j] = logit[j] - m_use;
+        x[2 + j] = logit[2 + j] - m_use;
       }
-    }
-    // Online softmax per head: the tile's maximum over its 16 tokens (lanes of equal t).
-    float alpha[2], m_use[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      float mx = fmaxf(logit[j], logit[2 + j]);
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 4));
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 8));
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 16));
-      const float m_new = fmaxf(m_run[j], mx);
-      alpha[j] = m_new == -INFINITY ? 1.0f : fast_exp2(m_run[j] - m_new);
-      m_use[j] = m_new == -INFINITY ? 0.0f : m_new;
-      m_run[j] = m_new;
-      l_run[j] *= alpha[j];
-      zero_run[j] *= alpha[j];
-    }
-    if (__any_sync(kFullMask, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
       for (int mt = 0; mt < KT; ++mt) {
         o[mt][0] *= alpha[0];
@@ -833,15 +931,16 @@ __global__ void __launch_bounds__(kTcWarps * 32, D >= 256 ? 2 : 4)
         o[mt][3] *= alpha[1];
       }
     }
-    // P' = p * v_scale in fp16; the zero-point sum uses the same rounded values.
+    // P' = p * v_scale, rounded to fp16 for the mma; the zero-point sum takes the unrounded
+    // products (the difference, p vs vz 2^-11 at most per token, is far below the INT2 error).
     float ps[4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const float pr = fast_exp2(logit[2 * h + j] - m_use[j]);
+        const float pr = fast_exp2(x[2 * h + j]);
         l_run[j] += pr;
-        ps[2 * h + j] = __half2float(__float2half_rn(pr * vs[h]));
+        ps[2 * h + j] = pr * vs[h];
         zero_run[j] = fmaf(ps[2 * h + j], vz[h], zero_run[j]);
       }
     }
@@ -883,10 +982,9 @@ __global__ void __launch_bounds__(kTcWarps * 32, D >= 256 ? 2 : 4)
     }
   }
   __syncthreads();  // the ring becomes the combine area
-  auto& sm_o = *reinterpret_cast<float(*)[kTcWarps][G][D]>(smem);
-  auto& sm_m = *reinterpret_cast<float(*)[kTcWarps][G]>(smem + sizeof(float) * kTcWarps * G * D);
-  auto& sm_l =
-      *reinterpret_cast<float(*)[kTcWarps][G]>(smem + sizeof(float) * kTcWarps * G * (D + 1));
+  auto& sm_o = *reinterpret_cast<float(*)[W][G][D]>(smem);
+  auto& sm_m = *reinterpret_cast<float(*)[W][G]>(smem + sizeof(float) * W * G * D);
+  auto& sm_l = *reinterpret_cast<float(*)[W][G]>(smem + sizeof(float) * W * G * (D + 1));
 #pragma unroll
   for (int mt = 0; mt < KT; ++mt) {
 #pragma unroll
@@ -908,10 +1006,11 @@ __global__ void __launch_bounds__(kTcWarps * 32, D >= 256 ? 2 : 4)
     }
   }
   __syncthreads();
-  write_block_partial<D, G, kTcWarps>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o, part_ml);
-  // Complete only after the BF16 kernel this one may have overlapped, so that the merge, which
-  // waits for this kernel, sees both kernels' partial results.
-  wait_for_prerequisite_grid();
+  write_block_partial<D, G, W>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o, part_ml);
+  if (merge.counters != nullptr && finishes_last(merge, b, kvh)) {
+    merge_in_block<D, G, W>(p, part_o, part_ml, b, kvh, range.total, reinterpret_cast<float*>(smem),
+                            reinterpret_cast<float*>(smem) + G * range.total);
+  }
 }
 
 // Log-sum-exp merge of the splits: block per (sequence, q head) of kMergeThreads threads. The
@@ -996,15 +1095,26 @@ int device_compute_major() {
 
 bool supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
+// Lets the tensor-core kernel of a shape use its shared memory (over the 48 KiB default), once;
+// false (message recorded) when the device refuses.
+template <int D, int G, int P>
+bool tc_kernel_ready() {
+  static const cudaError_t result = cudaFuncSetAttribute(
+      decode_int2_tc_kernel<D, G, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(tc_smem_bytes<D, G>()));
+  return OSCAR_CUDA_OK(result);
+}
+
 // Blocks of the tensor-core kernel that fit on one multiprocessor (registers bound it).
 template <int D, int G, int P>
 int tc_resident_blocks_of() {
   static const int blocks = [] {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_int2_tc_kernel<D, G, P>,
-                                                      kTcWarps * 32, 0) != cudaSuccess) {
+    if (!tc_kernel_ready<D, G, P>() || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                           &n, decode_int2_tc_kernel<D, G, P>, kTcWarps<D> * 32,
+                                           tc_smem_bytes<D, G>()) != cudaSuccess) {
       cudaGetLastError();
-      n = 2;
+      n = 1;
     }
     return std::max(n, 1);
   }();
@@ -1072,63 +1182,95 @@ SplitPlan plan_splits(const DecodeParams& p) {
     plan.simt_splits = static_cast<int>(
         std::max(1LL, std::min(wanted, (bf16_pages + kDecodeWarps - 1) / kDecodeWarps)));
     // Tensor-core blocks: exactly one wave of resident blocks over the whole batch (a partial
-    // second wave would double the time of its blocks), but at least one full round of
-    // kTcWarps warps with 4 tiles in flight each.
+    // second wave would double the time of its blocks), but at least 4 tiles for each warp.
     const long long resident =
         static_cast<long long>(tc_resident_blocks(p)) * device_multiprocessors();
     const long long tiles = (pages * p.page_size + kTileTokens - 1) / kTileTokens;
+    const long long warps = p.head_dim >= 256 ? kTcWarps<256> : kTcWarps<128>;
     plan.tc_splits = static_cast<int>(
-        std::max(1LL, std::min(std::max(1LL, resident / blocks), tiles / (4 * kTcWarps))));
+        std::max(1LL, std::min(std::max(1LL, resident / blocks), tiles / (4 * warps))));
   }
   return plan;
 }
 
-// Launches the kernels of one shape; false (message recorded) when a launch fails.
+// Whether the last tensor-core block of a (sequence, KV head) can merge `total` splits: their
+// weights and the heads' sums have to fit in the kernel's shared memory.
+template <int D, int G>
+bool merges_in_block(int total) {
+  // The BF16 kernel's combine area holds kDecodeWarps * G * D floats, G of them per split here.
+  return total + 1 <= kDecodeWarps * D &&
+         sizeof(float) * G * (static_cast<std::size_t>(total) + 1) <= tc_smem_bytes<D, G>();
+}
+
+// Launches the kernels of one shape, the split merge included; false (message recorded) when a
+// launch fails.
 template <int D, int G, int P>
 bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
-                   SplitPartial* part_ml) {
+                   SplitPartial* part_ml, int* merge_counters) {
   const unsigned hkv = static_cast<unsigned>(p.num_kv_heads),
                  batch = static_cast<unsigned>(p.batch);
   const int total = plan.total();
-  decode_kernel<D, G, P>
-      <<<dim3(static_cast<unsigned>(plan.simt_splits), hkv, batch), kDecodeWarps * 32, 0,
-         p.stream>>>(p, part_o, part_ml, SplitRange{0, plan.simt_splits, total}, plan.tensor_core);
+  const dim3 simt_grid(static_cast<unsigned>(plan.simt_splits), hkv, batch);
+  const SplitRange simt_range{0, plan.simt_splits, total};
+  if (!plan.tensor_core) {
+    decode_kernel<D, G, P><<<simt_grid, kDecodeWarps * 32, 0, p.stream>>>(
+        p, part_o, part_ml, simt_range, false, MergeCount{});
+    if (!OSCAR_CUDA_OK(cudaGetLastError())) return false;
+    const unsigned heads = static_cast<unsigned>(p.batch) * static_cast<unsigned>(p.num_q_heads);
+    merge_splits_kernel<<<heads, kMergeThreads, 0, p.stream>>>(part_o, part_ml, total, D, p.out);
+    return OSCAR_CUDA_OK(cudaGetLastError());
+  }
+  // The INT2 tiles first: their blocks take whole multiprocessors, and a BF16 block resident
+  // first would delay one of them by its whole run. The BF16 windows follow, started early on
+  // what is left (programmatic dependent launch, Hopper). The last block of either kernel to
+  // finish merges when the split weights fit in both kernels' shared memory.
+  const bool fused = merges_in_block<D, G>(total);
+  const MergeCount merge = fused ? MergeCount{merge_counters, total} : MergeCount{};
+  if (!tc_kernel_ready<D, G, P>()) return false;
+  decode_int2_tc_kernel<D, G, P><<<dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch),
+                                   kTcWarps<D> * 32, tc_smem_bytes<D, G>(), p.stream>>>(
+      p, part_o, part_ml, SplitRange{plan.simt_splits, plan.tc_splits, total}, merge);
   if (!OSCAR_CUDA_OK(cudaGetLastError())) return false;
-  if (plan.tensor_core) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch);
-    config.blockDim = dim3(kTcWarps * 32);
-    config.stream = p.stream;
-    cudaLaunchAttribute overlap[1];
-    overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap[0].val.programmaticStreamSerializationAllowed = 1;
-    if (device_compute_major() >= 9) {
-      config.attrs = overlap;
-      config.numAttrs = 1;
-    }
-    return OSCAR_CUDA_OK(cudaLaunchKernelEx(&config, decode_int2_tc_kernel<D, G, P>, p, part_o,
-                                            part_ml,
-                                            SplitRange{plan.simt_splits, plan.tc_splits, total}));
+  cudaLaunchConfig_t config{};
+  config.gridDim = simt_grid;
+  config.blockDim = dim3(kDecodeWarps * 32);
+  config.stream = p.stream;
+  cudaLaunchAttribute overlap[1];
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  if (device_compute_major() >= 9) {
+    config.attrs = overlap;
+    config.numAttrs = 1;
+  }
+  if (!OSCAR_CUDA_OK(cudaLaunchKernelEx(&config, decode_kernel<D, G, P>, p, part_o, part_ml,
+                                        simt_range, true, merge))) {
+    return false;
+  }
+  if (!fused) {
+    const unsigned heads = static_cast<unsigned>(p.batch) * static_cast<unsigned>(p.num_q_heads);
+    merge_splits_kernel<<<heads, kMergeThreads, 0, p.stream>>>(part_o, part_ml, total, D, p.out);
+    return OSCAR_CUDA_OK(cudaGetLastError());
   }
   return true;
 }
 
 // Status::kUnsupported when no kernel exists for the shape, kCudaError when a launch failed.
 template <int D, int P>
-Status dispatch_group(const DecodeParams& p, const SplitPlan& plan, float* o, SplitPartial* ml) {
+Status dispatch_group(const DecodeParams& p, const SplitPlan& plan, float* o, SplitPartial* ml,
+                      int* counters) {
   bool ok = false;
   switch (p.num_q_heads / p.num_kv_heads) {
     case 1:
-      ok = launch_decode<D, 1, P>(p, plan, o, ml);
+      ok = launch_decode<D, 1, P>(p, plan, o, ml, counters);
       break;
     case 2:
-      ok = launch_decode<D, 2, P>(p, plan, o, ml);
+      ok = launch_decode<D, 2, P>(p, plan, o, ml, counters);
       break;
     case 4:
-      ok = launch_decode<D, 4, P>(p, plan, o, ml);
+      ok = launch_decode<D, 4, P>(p, plan, o, ml, counters);
       break;
     case 8:
-      ok = launch_decode<D, 8, P>(p, plan, o, ml);
+      ok = launch_decode<D, 8, P>(p, plan, o, ml, counters);
       break;
     default:
       return Status::kUnsupported;
@@ -1137,14 +1279,15 @@ Status dispatch_group(const DecodeParams& p, const SplitPlan& plan, float* o, Sp
 }
 
 template <int P>
-Status dispatch_dim(const DecodeParams& p, const SplitPlan& plan, float* o, SplitPartial* ml) {
+Status dispatch_dim(const DecodeParams& p, const SplitPlan& plan, float* o, SplitPartial* ml,
+                    int* counters) {
   switch (p.head_dim) {
     case 64:
-      return dispatch_group<64, P>(p, plan, o, ml);
+      return dispatch_group<64, P>(p, plan, o, ml, counters);
     case 128:
-      return dispatch_group<128, P>(p, plan, o, ml);
+      return dispatch_group<128, P>(p, plan, o, ml, counters);
     case 256:
-      return dispatch_group<256, P>(p, plan, o, ml);
+      return dispatch_group<256, P>(p, plan, o, ml, counters);
     default:
       return Status::kUnsupported;
   }
@@ -1223,12 +1366,21 @@ Status demote_pages(const DemotePagesParams& p) {
 
 int decode_num_splits(const DecodeParams& p) { return plan_splits(p).total(); }
 
+std::size_t merge_counter_bytes(const DecodeParams& p) {
+  const std::size_t bytes =
+      static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_kv_heads) * sizeof(int);
+  return (bytes + 255) / 256 * 256;
+}
+
 std::size_t decode_workspace_bytes(const DecodeParams& p) {
   const std::size_t heads =
       static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_q_heads);
   const std::size_t splits = static_cast<std::size_t>(decode_num_splits(p));
-  return heads * splits *
-         (static_cast<std::size_t>(p.head_dim) * sizeof(float) + sizeof(SplitPartial));
+  // Merge counters (one per sequence and KV head, padded to 256 bytes), partial outputs and
+  // (max, sum) pairs per split.
+  return merge_counter_bytes(p) +
+         heads * splits *
+             (static_cast<std::size_t>(p.head_dim) * sizeof(float) + sizeof(SplitPartial));
 }
 
 Status decode_attention(const DecodeParams& p) {
@@ -1269,19 +1421,21 @@ Status decode_attention(const DecodeParams& p) {
   }
   const std::size_t heads =
       static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_q_heads);
-  float* part_o = static_cast<float*>(p.workspace);
+  auto* counters = static_cast<int*>(p.workspace);
+  float* part_o =
+      reinterpret_cast<float*>(static_cast<char*>(p.workspace) + merge_counter_bytes(p));
   auto* part_ml = reinterpret_cast<SplitPartial*>(part_o + heads * splits * p.head_dim);
-  const Status launched = p.page_size == 8 ? dispatch_dim<8>(p, plan, part_o, part_ml)
-                                           : dispatch_dim<16>(p, plan, part_o, part_ml);
-  if (launched == Status::kUnsupported) {
-    set_last_error("decode_attention: no kernel for this shape");
-    return launched;
+  // The merge counters start at zero (a small memset; the merging blocks also leave them zero,
+  // but a workspace may come from anywhere).
+  if (plan.tensor_core &&
+      !OSCAR_CUDA_OK(cudaMemsetAsync(counters, 0, merge_counter_bytes(p), p.stream))) {
+    return Status::kCudaError;
   }
-  if (launched != Status::kOk) return launched;
-  merge_splits_kernel<<<static_cast<unsigned>(heads), kMergeThreads, 0, p.stream>>>(
-      part_o, part_ml, splits, p.head_dim, p.out);
-  OSCAR_CUDA_CHECK(cudaGetLastError());
-  return Status::kOk;
+  const Status launched = p.page_size == 8 ? dispatch_dim<8>(p, plan, part_o, part_ml, counters)
+                                           : dispatch_dim<16>(p, plan, part_o, part_ml, counters);
+  if (launched == Status::kUnsupported)
+    set_last_error("decode_attention: no kernel for this shape");
+  return launched;
 }
 
 }  // namespace oscar::kernels
