@@ -112,7 +112,7 @@ struct DecodeParams {
   bf16_bits* out = nullptr;  // [batch, Hq, d], rotated value basis
   int num_splits = 0;        // 0: chosen from the device and the shape; else per kernel (see path)
   DecodePath path = DecodePath::kAuto;
-  void* workspace = nullptr;  // decode_workspace_bytes(params) bytes, device
+  void* workspace = nullptr;  // decode_workspace_bytes(params) bytes, device, any contents
   std::size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
 };
