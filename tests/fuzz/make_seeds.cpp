@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "oscar/bundle.h"
+#include "oscar/bundle_export.h"
 #include "oscar/error.h"
 #include "oscar/file.h"
 #include "oscar/npy.h"
 #include "oscar/safetensors.h"
+#include "oscar/torch_archive.h"
 #include "tiny_bundle.h"
 
 namespace {
@@ -175,6 +177,21 @@ void text_seeds() {
 
 }  // namespace
 
+// SGLang rotation files of the target's model (2 layers, 2 KV heads, d 4; per-head rotations,
+// format_version 2) and a plain dict of one tensor.
+void torch_archive_seeds() {
+  const oscar::SglangFiles files = oscar::sglang_export(tiny_bundle(2, 2, 4, false, 0.0));
+  write_text("fuzz_torch_archive", "k.pt", oscar::torch_archive_bytes(files.k));
+  write_text("fuzz_torch_archive", "v.pt", oscar::torch_archive_bytes(files.v));
+  oscar::TorchTensor t;
+  t.shape = {2, 2};
+  t.values = {1.0f, 0.0f, 0.0f, 1.0f};
+  oscar::PickleValue dict = oscar::PickleValue::dict();
+  dict.set("eye", oscar::PickleValue::tensor(t));
+  dict.set("n", oscar::PickleValue::integer(3));
+  write_text("fuzz_torch_archive", "dict.pt", oscar::torch_archive_bytes(dict));
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: oscar-fuzz-seeds DIR\n");
@@ -188,6 +205,7 @@ int main(int argc, char** argv) {
     json_seeds();
     tokenizer_seeds();
     text_seeds();
+    torch_archive_seeds();
   } catch (const oscar::Error& e) {
     std::fprintf(stderr, "oscar-fuzz-seeds: %s\n", e.what());
     return 1;
