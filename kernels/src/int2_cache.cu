@@ -319,7 +319,7 @@ struct SplitRange {
 
 // The blocks of both decode kernels count themselves per (sequence, KV head) when their partial
 // result is written; the last one merges, so no merge kernel is launched. decode_attention zeroes
-// the counters before the launch (the merging block also sets its counter back to zero).
+// the counters before the launch.
 struct MergeCount {
   int* counters = nullptr;  // [batch, KV heads]; null: merge_splits_kernel merges
   int blocks = 0;           // blocks of both kernels per (sequence, KV head)
@@ -332,9 +332,7 @@ __device__ __forceinline__ bool finishes_last(const MergeCount& merge, int b, in
   __threadfence();  // this block's partial result is visible device-wide before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
-    int* counter = &merge.counters[b * gridDim.y + kvh];
-    last = atomicAdd(counter, 1) == merge.blocks - 1;
-    if (last) atomicExch(counter, 0);
+    last = atomicAdd(&merge.counters[b * gridDim.y + kvh], 1) == merge.blocks - 1;
   }
   __syncthreads();
   if (last) __threadfence();  // results counted before ours are read after the count
