@@ -373,12 +373,26 @@ void run_decode_case(const DecodeCase& c) {
   p.out = out.ptr;
   p.num_splits = c.num_splits;
   p.path = c.path;
-  DeviceBuffer<std::uint8_t> ws(decode_workspace_bytes(p));
-  p.workspace = ws.ptr;
-  p.workspace_bytes = ws.count;
+  // One workspace (zeroed once, as DecodeParams asks) for three calls: the case itself, the same
+  // cache with another split count (a different number of blocks counts on the merge
+  // counters), and the case again, which must give the first result bit for bit; every call
+  // must leave the counters zero.
+  DecodeParams other = p;
+  other.num_splits = p.num_splits == 3 ? 5 : 3;
+  DeviceBuffer<std::uint8_t> ws(std::max(decode_workspace_bytes(p), decode_workspace_bytes(other)));
+  p.workspace = other.workspace = ws.ptr;
+  p.workspace_bytes = other.workspace_bytes = ws.count;
   ASSERT_EQ(decode_attention(p), Status::kOk) << last_error_message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto got = out.download();
+  ASSERT_EQ(decode_attention(other), Status::kOk) << last_error_message();
+  ASSERT_EQ(decode_attention(p), Status::kOk) << last_error_message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(out.download(), got) << "a reused workspace changed the result";
+  const auto counters = ws.download();
+  EXPECT_TRUE(std::all_of(counters.begin(), counters.begin() + decode_counter_bytes(p),
+                          [](std::uint8_t x) { return x == 0; }))
+      << "the merge counters were not left at zero";
 
   for (int b = 0; b < batch; ++b) {
     const auto [s, i, r] = c.lengths[b];
@@ -473,6 +487,66 @@ TEST(Int2Decode, EmptySequenceGivesZeros) {
   for (DecodePath path : {DecodePath::kSimt, DecodePath::kTensorCore}) {
     run_decode_case({128, 16, 4, {{0, 0, 0}, {2, 16, 3}}, 0, path});
   }
+}
+
+// Buffers the decode kernel cannot use are refused before any launch, with a message.
+TEST(Int2Decode, RejectsUnusableBuffers) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  DeviceBuffer<std::uint16_t> q(8 * 128), out(8 * 128), bf16(16 * 2 * 128);
+  DeviceBuffer<std::uint8_t> codes(16 * 2 * 32 + 16), sz(16 * 2 * 4 + 16);
+  DeviceBuffer<std::int32_t> table(4), lens(3);
+  DecodeParams p;
+  p.batch = 1;
+  p.num_q_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_dim = 128;
+  p.page_size = 16;
+  p.softmax_scale = 0.1f;
+  p.q = q.ptr;
+  p.out = out.ptr;
+  p.k_bf16 = p.v_bf16 = bf16.ptr;
+  p.k_codes = p.v_codes = codes.ptr;
+  p.k_scale_zero = p.v_scale_zero = reinterpret_cast<const bf16_bits*>(sz.ptr);
+  p.bf16_block_table = p.int2_block_table = table.ptr;
+  p.bf16_table_stride = p.int2_table_stride = 1;
+  p.sink_len = p.int2_len = p.recent_len = lens.ptr;
+  p.max_pages_per_sequence = 1;
+  DeviceBuffer<std::uint8_t> ws(decode_workspace_bytes(p));
+  p.workspace = ws.ptr;
+  p.workspace_bytes = ws.count;
+  ASSERT_EQ(decode_attention(p), Status::kOk) << last_error_message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  auto refused = [](DecodeParams bad, const char* expected_message) {
+    EXPECT_EQ(decode_attention(bad), Status::kInvalidArgument);
+    EXPECT_NE(std::string(last_error_message()).find(expected_message), std::string::npos)
+        << last_error_message();
+  };
+  DecodeParams bad = p;
+  bad.k_codes = codes.ptr + 4;  // tensor-core copies are 16-byte chunks
+  refused(bad, "16-byte aligned");
+  bad = p;
+  bad.v_scale_zero = reinterpret_cast<const bf16_bits*>(sz.ptr + 8);
+  refused(bad, "16-byte aligned");
+  bad = p;
+  bad.workspace_bytes = decode_workspace_bytes(p) - 1;
+  refused(bad, "workspace");
+  bad = p;
+  std::vector<std::uint8_t> host_workspace(decode_workspace_bytes(p));
+  bad.workspace = host_workspace.data();  // not device memory
+  refused(bad, "workspace");
+  bad = p;
+  bad.int2_block_table = nullptr;
+  refused(bad, "null");
+  bad = p;
+  bad.q = nullptr;
+  refused(bad, "null");
+  // The CUDA-core path copies no 16-byte chunks: misaligned pools are fine there.
+  bad = p;
+  bad.path = DecodePath::kSimt;
+  bad.k_codes = codes.ptr + 4;
+  EXPECT_EQ(decode_attention(bad), Status::kOk) << last_error_message();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST(Int2Kernels, RejectBadArguments) {

@@ -27,8 +27,9 @@ struct Options {
   std::vector<int> batches = {1, 8, 32};
   int q_heads = 32, kv_heads = 8, head_dim = 128, page_size = 16, sink = 64, recent = 256;
   int iters = 20;
-  int layers = 36;           // Qwen3-8B: for the whole-model memory figure
-  double budget_gib = 40.0;  // fixed KV memory budget for the largest batch at 128K
+  std::string flush = "read";  // how L2 is emptied before a timed run: read, write
+  int layers = 36;             // Qwen3-8B: for the whole-model memory figure
+  double budget_gib = 40.0;    // fixed KV memory budget for the largest batch at 128K
   std::string json_path;
 };
 
@@ -48,6 +49,8 @@ struct Buffer {
   void* ptr = nullptr;
   explicit Buffer(std::size_t bytes) {
     check(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), "cudaMalloc");
+    // Zeroed: a decode workspace's merge counters must start at zero.
+    check(cudaMemset(ptr, 0, std::max<std::size_t>(bytes, 16)), "cudaMemset");
   }
   ~Buffer() { cudaFree(ptr); }
   Buffer(const Buffer&) = delete;
@@ -76,11 +79,15 @@ void fill_bf16(Buffer& b, std::size_t count, std::mt19937& rng) {
   }
 }
 
+EvictMode g_evict_mode = EvictMode::kRead;
+
 // Median time in microseconds of `fn` over `iters` runs, events around each run. Before each run
-// a 256 MiB memset evicts the 50 MB L2 (every run reads its cache from HBM, as a decode step over
-// a model's layers does) and keeps the GPU busy while the host enqueues `fn`, so that host-side
-// launch costs are not timed (as in a CUDA graph); scripts/gpu/bench_sdpa.py times torch the same
-// way.
+// 256 MiB are streamed through L2 (50 MB on H100), so that every run reads its cache from HBM as a
+// decode step over a model's layers does, and the GPU is kept busy while the host enqueues the
+// run, so that host-side launch costs are not timed (as in a CUDA graph). The default flush reads
+// (L2 is left with clean lines, as after the weight-reading GEMMs that precede attention);
+// --flush write memsets instead, and the timed run then also pays for writing ~50 MB of dirty
+// lines back. scripts/gpu/bench_sdpa.py times torch the same way.
 template <typename Fn>
 double time_us(Fn&& fn, int iters) {
   static Buffer flush(std::size_t(256) << 20);
@@ -91,7 +98,9 @@ double time_us(Fn&& fn, int iters) {
   cudaEventCreate(&stop);
   std::vector<float> ms;
   for (int i = 0; i < iters; ++i) {
-    check(cudaMemsetAsync(flush.ptr, i & 0xff, std::size_t(256) << 20), "L2 flush");
+    if (evict_l2(flush.ptr, std::size_t(256) << 20, g_evict_mode, nullptr) != Status::kOk) {
+      check(cudaGetLastError(), "L2 flush");
+    }
     cudaEventRecord(start);
     fn();
     cudaEventRecord(stop);
@@ -146,8 +155,14 @@ int main(int argc, char** argv) {
       ->default_val(36);
   app.add_option("--budget-gib", o.budget_gib, "KV memory budget for the largest-batch figure")
       ->default_val(40.0);
+  app.add_option("--flush", o.flush,
+                 "How L2 is emptied before each timed run: read (a 256 MiB read, clean lines) or "
+                 "write (a 256 MiB memset, dirty lines written back during the run)")
+      ->check(CLI::IsMember({"read", "write"}))
+      ->default_val("read");
   app.add_option("--json", o.json_path, "Write the results as JSON");
   CLI11_PARSE(app, argc, argv);
+  g_evict_mode = o.flush == "write" ? EvictMode::kWrite : EvictMode::kRead;
   if (cuda_device_count() == 0) {
     std::cerr << "oscar-bench: no CUDA device; this benchmark needs a GPU\n";
     return 1;
@@ -162,8 +177,8 @@ int main(int argc, char** argv) {
              info.name, info.multiprocessors, copy_gbs);
   fmt::print(
       "shape: {} q heads, {} KV heads, head_dim {}, page {}, INT2 cache: sink {} + recent {} "
-      "BF16\n\n",
-      hq, hkv, d, ps, o.sink, o.recent);
+      "BF16; L2 flushed by a 256 MiB {} before each run\n\n",
+      hq, hkv, d, ps, o.sink, o.recent, o.flush);
   fmt::print("{:>6} {:>8}  {:>10} {:>9} {:>10} {:>9} {:>7}  {:>8} {:>12}\n", "batch", "context",
              "bf16 us", "bf16 GB/s", "int2 us", "int2 GB/s", "of copy", "speedup", "int2 simt us");
 
@@ -359,6 +374,7 @@ int main(int argc, char** argv) {
   if (!o.json_path.empty()) {
     nlohmann::json j{{"device", info.name},
                      {"copy_bandwidth_gbs", copy_gbs},
+                     {"l2_flush", o.flush},
                      {"shape",
                       {{"q_heads", hq},
                        {"kv_heads", hkv},

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "oscar/kernels/cuda_check.h"
 #include "oscar/kernels/int2_cache.h"
@@ -318,11 +319,12 @@ struct SplitRange {
 };
 
 // The blocks of both decode kernels count themselves per (sequence, KV head) when their partial
-// result is written; the last one merges, so no merge kernel is launched. decode_attention zeroes
-// the counters before the launch.
+// result is written; the last one merges, so no merge kernel is launched. The counters wrap back
+// to zero on the last count (atomicInc), so a call leaves them as it found them and no memset
+// precedes the launch.
 struct MergeCount {
-  int* counters = nullptr;  // [batch, KV heads]; null: merge_splits_kernel merges
-  int blocks = 0;           // blocks of both kernels per (sequence, KV head)
+  unsigned* counters = nullptr;  // [batch, KV heads]; null: merge_splits_kernel merges
+  int blocks = 0;                // blocks of both kernels per (sequence, KV head)
 };
 
 // True in every thread of the block that finished last; its view of the other blocks' partial
@@ -332,7 +334,8 @@ __device__ __forceinline__ bool finishes_last(const MergeCount& merge, int b, in
   __threadfence();  // this block's partial result is visible device-wide before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
-    last = atomicAdd(&merge.counters[b * gridDim.y + kvh], 1) == merge.blocks - 1;
+    const unsigned final_count = static_cast<unsigned>(merge.blocks - 1);
+    last = atomicInc(&merge.counters[b * gridDim.y + kvh], final_count) == final_count;
   }
   __syncthreads();
   if (last) __threadfence();  // results counted before ours are read after the count
@@ -697,41 +700,78 @@ __device__ __forceinline__ int2 tile_pages(const std::int32_t* table, int tile, 
   }
 }
 
+// A lane's part of copying a full tile, fixed for the whole kernel: its 16-byte chunks of the
+// key and value rows (the same offsets in both pools) and, for lanes 0-7, one 16-byte chunk of
+// four scale/zero words. A chunk's source is its page's base plus the lane's offset, so a tile
+// costs a multiply-add per page and one cp.async per chunk. P 8: a tile spans two pages, rows
+// 0-7 (chunks in the low half) in the first and rows 8-15 in the second.
+template <int D, int P>
+struct TileCopy {
+  static constexpr int kRowBytes = D / 4;
+  static constexpr int kChunks = kTileTokens * kRowBytes / 16;  // per pool: 16, 32 or 64
+  static constexpr int kPerLane = (kChunks + 31) / 32;
+  static constexpr int kHalf = 8 * kRowBytes;  // bytes of rows 0-7
+  // One page of one pool in bytes of codes and in scale/zero words (at most 64 KiB: 32 bits
+  // with a widening multiply by the page id).
+  unsigned page_bytes, page_words;
+  unsigned code_offset[kPerLane];  // in the page, kvh's rows included
+  bool code_high[kPerLane];        // from the tile's second page (P 8)
+  unsigned sz_offset;              // words, kvh's rows included
+  bool sz_high;
+  const std::uint32_t* sz_pool;
+
+  __device__ void init(const DecodeParams& p, int kvh, int lane) {
+    page_bytes = static_cast<unsigned>(p.num_kv_heads) * P * kRowBytes;
+    page_words = static_cast<unsigned>(p.num_kv_heads) * P;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int at = (lane + 32 * j) * 16;
+      code_high[j] = P == 8 && at >= kHalf;
+      code_offset[j] =
+          static_cast<unsigned>(kvh * P * kRowBytes + (code_high[j] ? at - kHalf : at));
+    }
+    const int row = 4 * (lane & 3);
+    sz_high = P == 8 && row >= 8;
+    sz_offset = static_cast<unsigned>(kvh * P + (sz_high ? row - 8 : row));
+    sz_pool = reinterpret_cast<const std::uint32_t*>(lane < 4 ? p.k_scale_zero : p.v_scale_zero);
+  }
+};
+
 // Issues the cp.async copies of one tile: 16-byte chunks, each inside one row.
 template <int D, int P>
-__device__ __forceinline__ void issue_tile(const DecodeParams& p, int2 pages, int kvh, int tile,
-                                           int int2_len, int lane, TcTile<D>& dst) {
+__device__ __forceinline__ void issue_tile(const DecodeParams& p, const TileCopy<D, P>& copy,
+                                           int2 pages, int kvh, int tile, int int2_len, int lane,
+                                           TcTile<D>& dst) {
   static_assert(P == 8 || P == 16, "a tile is one page of 16 or two pages of 8 tokens");
-  constexpr int kRowBytes = D / 4, kChunks = kTileTokens * kRowBytes / 16;
+  using Copy = TileCopy<D, P>;
+  constexpr int kRowBytes = Copy::kRowBytes, kChunks = Copy::kChunks;
   const int hkv = p.num_kv_heads, token0 = tile * kTileTokens;
-  const std::int64_t row_lo = (static_cast<std::int64_t>(pages.x) * hkv + kvh) * P;
-  const std::int64_t row_hi =
-      P == 16 ? row_lo + 8 : (static_cast<std::int64_t>(pages.y) * hkv + kvh) * P;
-  if (token0 + kTileTokens <= int2_len) {
-    // A full tile (the common case, uniform over the warp): rows 0-7 and 8-15 are runs of 8 rows
-    // of one page (P 16) or of two (P 8), so a chunk's source is its page's base plus a per-lane
-    // constant, and the K and V chunks share the offset.
-    constexpr int kHalf = 8 * kRowBytes;
+  if (token0 + kTileTokens <= int2_len) {  // a full tile: the common case, uniform over the warp
 #pragma unroll
-    for (int c = lane; c < kChunks; c += 32) {
-      const int at = c * 16;
-      const bool low = at < kHalf;
-      const int page = P == 16 || low ? pages.x : pages.y;
-      const std::int64_t offset = (static_cast<std::int64_t>(page) * hkv + kvh) * (P * kRowBytes) +
-                                  (P == 16 || low ? at : at - kHalf);
-      cp_async_16(&dst.k[0][0] + at, p.k_codes + offset, 16);
-      cp_async_16(&dst.v[0][0] + at, p.v_codes + offset, 16);
+    for (int j = 0; j < Copy::kPerLane; ++j) {
+      if (kChunks >= 32 || lane < kChunks) {
+        const int at = (lane + 32 * j) * 16;
+        const std::uint64_t src = static_cast<std::uint64_t>(static_cast<unsigned>(
+                                      copy.code_high[j] ? pages.y : pages.x)) *
+                                      copy.page_bytes +
+                                  copy.code_offset[j];
+        cp_async_16(&dst.k[0][0] + at, p.k_codes + src, 16);
+        cp_async_16(&dst.v[0][0] + at, p.v_codes + src, 16);
+      }
     }
     if (lane < 8) {  // scale/zero words: 4 rows per chunk, lanes 0-3 keys, 4-7 values
-      const int j = 4 * (lane & 3);
-      const int page = P == 16 || j < 8 ? pages.x : pages.y;
-      const std::int64_t row = (static_cast<std::int64_t>(page) * hkv + kvh) * P + j % P;
-      const auto* src =
-          reinterpret_cast<const std::uint32_t*>(lane < 4 ? p.k_scale_zero : p.v_scale_zero);
-      cp_async_16(lane < 4 ? &dst.ksz[j] : &dst.vsz[j], src + row, 16);
+      const std::uint64_t word =
+          static_cast<std::uint64_t>(static_cast<unsigned>(copy.sz_high ? pages.y : pages.x)) *
+              copy.page_words +
+          copy.sz_offset;
+      cp_async_16(lane < 4 ? &dst.ksz[4 * (lane & 3)] : &dst.vsz[4 * (lane & 3)],
+                  copy.sz_pool + word, 16);
     }
     return;
   }
+  const std::int64_t row_lo = (static_cast<std::int64_t>(pages.x) * hkv + kvh) * P;
+  const std::int64_t row_hi =
+      P == 16 ? row_lo + 8 : (static_cast<std::int64_t>(pages.y) * hkv + kvh) * P;
 #pragma unroll
   for (int c = lane; c < kChunks; c += 32) {
     const int j = c * 16 / kRowBytes, offset = c * 16 % kRowBytes;
@@ -745,12 +785,41 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, int2 pages, in
     const int j = 4 * (lane & 3);
     const std::int64_t row = j < 8 ? row_lo + j : row_hi + (j - 8);
     const int valid_rows = min(4, max(0, int2_len - (token0 + j)));
-    const auto* src =
-        reinterpret_cast<const std::uint32_t*>(lane < 4 ? p.k_scale_zero : p.v_scale_zero);
-    cp_async_16(lane < 4 ? &dst.ksz[j] : &dst.vsz[j], src + (valid_rows > 0 ? row : 0),
+    cp_async_16(lane < 4 ? &dst.ksz[j] : &dst.vsz[j], copy.sz_pool + (valid_rows > 0 ? row : 0),
                 4 * valid_rows);
   }
 }
+
+// The page ids of a warp's tiles, read 32 tiles at a time (lane j holds tile base + j, one
+// coalesced load) and the next 32 ahead, so that issuing a tile never waits on the block table.
+template <int P>
+struct PageIds {
+  int base;       // first tile of `current`
+  int2 current;   // tiles base .. base + 31
+  int2 upcoming;  // tiles base + 32 .. base + 63
+
+  __device__ static int2 fetch(const std::int32_t* table, int first, int end, int int2_len,
+                               int lane) {
+    const int tile = first + lane;
+    return tile < end ? tile_pages<P>(table, tile, int2_len) : make_int2(0, 0);
+  }
+  __device__ void init(const std::int32_t* table, int first, int end, int int2_len, int lane) {
+    base = first;
+    current = fetch(table, first, end, int2_len, lane);
+    upcoming = fetch(table, first + 32, end, int2_len, lane);
+  }
+  // The pages of `tile` (tiles are asked for in increasing order, at most 32 past the last).
+  __device__ int2 of(int tile, const std::int32_t* table, int end, int int2_len, int lane) {
+    if (tile >= base + 32) {  // warp-uniform
+      base += 32;
+      current = upcoming;
+      upcoming = fetch(table, base + 32, end, int2_len, lane);
+    }
+    const int k = tile - base;
+    return make_int2(__shfl_sync(kFullMask, current.x, k),
+                     P == 8 ? __shfl_sync(kFullMask, current.y, k) : 0);
+  }
+};
 
 // Shared memory of the tensor-core kernel: the warps' copy rings, reused at the end for the
 // warps' combine and (in the block that merges) the split weights.
@@ -781,6 +850,22 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
   TcTile<D>* ring = reinterpret_cast<TcTile<D>*>(smem) + warp * NS;
 
+  // The queries' loads go first: they are independent of the length and block-table reads the
+  // first copies wait on, so their latency overlaps those (the bf16 bits are turned into the
+  // query fragment once the pipeline has started).
+  bf16_bits q_bits[2 * KT][2];
+  {
+    const bool real_head = gid < G;
+    const bf16_bits* qh =
+        p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + (real_head ? gid : 0)) * D;
+#pragma unroll
+    for (int r = 0; r < 2 * KT; ++r) {
+      const int e = Map::key_element(t, r);
+      q_bits[r][0] = real_head ? qh[e] : bf16_bits{0};
+      q_bits[r][1] = real_head ? qh[e + 2] : bf16_bits{0};
+    }
+  }
+
   // The split's tiles, then the warp's contiguous share of them.
   const int int2_len = p.int2_len[b];
   const int tiles = (int2_len + kTileTokens - 1) / kTileTokens;
@@ -793,32 +878,31 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   const std::int32_t* table =
       p.int2_block_table + static_cast<std::int64_t>(b) * p.int2_table_stride;
 
+  TileCopy<D, P> copy;
+  copy.init(p, kvh, lane);
+  PageIds<P> page_ids;
+  page_ids.init(table, tile_begin, tile_end, int2_len, lane);
   // Issues tile `tile` into ring slot `slot`.
-  auto issue = [&](int2 pages, int tile, int slot) {
-    issue_tile<D, P>(p, pages, kvh, tile, int2_len, lane, ring[slot]);
+  auto issue = [&](int tile, int slot) {
+    const int2 pages = page_ids.of(tile, table, tile_end, int2_len, lane);
+    issue_tile<D, P>(p, copy, pages, kvh, tile, int2_len, lane, ring[slot]);
   };
 
   // Start the pipeline before anything else: NS - 1 tiles in flight.
 #pragma unroll
   for (int s = 0; s < NS - 1; ++s) {
-    if (s < count) issue(tile_pages<P>(table, tile_begin + s, int2_len), tile_begin + s, s);
+    if (s < count) issue(tile_begin + s, s);
     cp_async_commit();
   }
-  int2 next_pages =
-      NS - 1 < count ? tile_pages<P>(table, tile_begin + NS - 1, int2_len) : make_int2(0, 0);
 
   // Query fragment of head gid (zero for the padding heads) and the full sums of heads 2t, 2t+1.
   std::uint32_t qf[2 * KT];
   float q_sum_own = 0.0f;
   {
-    const bool real_head = gid < G;
-    const bf16_bits* qh =
-        p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + (real_head ? gid : 0)) * D;
 #pragma unroll
     for (int r = 0; r < 2 * KT; ++r) {
-      const int e = Map::key_element(t, r);
-      const float lo = real_head ? __half2float(__float2half_rn(bf16_to_float(qh[e]))) : 0.0f;
-      const float hi = real_head ? __half2float(__float2half_rn(bf16_to_float(qh[e + 2]))) : 0.0f;
+      const float lo = __half2float(__float2half_rn(bf16_to_float(q_bits[r][0])));
+      const float hi = __half2float(__float2half_rn(bf16_to_float(q_bits[r][1])));
       q_sum_own += lo + hi;
       const float inv = 1.0f / static_cast<float>(1 << (2 * (r % 4)));  // 4^-f, exact
       qf[r] = pack_half2(lo * inv, hi * inv);
@@ -838,20 +922,25 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   for (int mt = 0; mt < KT; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, zero_run[2] = {0.0f, 0.0f};
 
-  for (int i = 0; i < count; ++i) {
+  // One tile step; last_tag (std::true_type) marks the sequence's last tile when it is partial.
+  auto step = [&](int i, auto last_tag) {
     cp_async_wait<NS - 2>();  // tile i has landed (for this lane's copies)
     __syncwarp();             // ... and for every lane's; slot (i - 1) % NS is free again
     {
       const int ahead = i + NS - 1;
-      if (ahead < count) issue(next_pages, tile_begin + ahead, ahead % NS);
+      if (ahead < count) issue(tile_begin + ahead, ahead % NS);
       cp_async_commit();
-      if (ahead + 1 < count) next_pages = tile_pages<P>(table, tile_begin + ahead + 1, int2_len);
     }
     const TcTile<D>& tile = ring[i % NS];
     const int token0 = (tile_begin + i) * kTileTokens;
 
-    // S^T = K Q^T, in units of 2^-24; two accumulators halve the dependent mma chain.
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // S^T = K Q^T, in units of 2^-24; four accumulators cut the dependent mma chain to d / 64.
+    constexpr int kChains = KT >= 4 ? 4 : KT;
+    float s_part[kChains][4];
+#pragma unroll
+    for (int a = 0; a < kChains; ++a)
+      s_part[a][0] = s_part[a][1] = s_part[a][2] = s_part[a][3] = 0.0f;
+    float s[4];
     {
       std::uint32_t kw0[Map::kKWords], kw1[Map::kKWords];
 #pragma unroll
@@ -862,12 +951,15 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
       const KeyBits<D> k0 = key_bits<D>(kw0), k1 = key_bits<D>(kw1);
 #pragma unroll
       for (int kt = 0; kt < KT; ++kt) {
-        mma_16816(kt % 2 ? s_odd : s, key_register<D>(k0, 2 * kt), key_register<D>(k1, 2 * kt),
+        mma_16816(s_part[kt % kChains], key_register<D>(k0, 2 * kt), key_register<D>(k1, 2 * kt),
                   key_register<D>(k0, 2 * kt + 1), key_register<D>(k1, 2 * kt + 1), qf[2 * kt],
                   qf[2 * kt + 1]);
       }
 #pragma unroll
-      for (int c = 0; c < 4; ++c) s[c] += s_odd[c];
+      for (int c = 0; c < 4; ++c) {
+        s[c] = kChains == 4 ? (s_part[0][c] + s_part[1][c]) + (s_part[2][c] + s_part[3][c])
+                            : s_part[0][c] + s_part[kChains - 1][c];
+      }
     }
     // Exponent arguments x = logit - m_run (log2 units) of tokens gid (x[0], x[1]) and gid + 8
     // (x[2], x[3]) for heads 2t, 2t + 1. logit = ks (s 2^24 - kz q_sum) scale log2(e) becomes
@@ -883,7 +975,8 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
       vs[h] = __uint_as_float(vsz << 16);
       vz[h] = __uint_as_float(vsz & 0xffff0000u);
     }
-    const bool partial = token0 + kTileTokens > int2_len;  // warp-uniform: only a last tile
+    // Only the sequence's last tile can be partial; other tiles skip the masking at compile time.
+    const bool partial = decltype(last_tag)::value && token0 + kTileTokens > int2_len;
     auto exponent = [&](int h, int j, float m) {
       const float x = fmaf(s[2 * h + j], row_k[h], -fmaf(row_kz[h], q_sum_log2[j], m));
       return partial && token0 + gid + 8 * h >= int2_len ? -INFINITY : x;
@@ -974,7 +1067,10 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
                   value_register<D>(v89, 2 * mt), value_register<D>(v89, 2 * mt + 1), pb0, pb1);
       }
     }
-  }
+  };
+  const bool ends_partial = count > 0 && tile_end == tiles && int2_len % kTileTokens != 0;
+  for (int i = 0; i < count - (ends_partial ? 1 : 0); ++i) step(i, std::false_type{});
+  if (ends_partial) step(count - 1, std::true_type{});
   cp_async_wait<0>();
 
   // Per-head sums over the warp's 8 token rows (lanes of equal t).
@@ -1110,52 +1206,60 @@ bool tc_kernel_ready() {
   return OSCAR_CUDA_OK(result);
 }
 
-// Blocks of the tensor-core kernel that fit on one multiprocessor (registers bound it).
+// Blocks of each decode kernel that fit on one multiprocessor (registers bound them).
+struct Residency {
+  int tc = 1, simt = 1;
+};
 template <int D, int G, int P>
-int tc_resident_blocks_of() {
-  static const int blocks = [] {
+Residency resident_blocks_of() {
+  static const Residency blocks = [] {
+    Residency r;
     int n = 0;
-    if (!tc_kernel_ready<D, G, P>() || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                                           &n, decode_int2_tc_kernel<D, G, P>, kTcWarps<D> * 32,
-                                           tc_smem_bytes<D, G>()) != cudaSuccess) {
-      cudaGetLastError();
-      n = 1;
+    if (tc_kernel_ready<D, G, P>() && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                          &n, decode_int2_tc_kernel<D, G, P>, kTcWarps<D> * 32,
+                                          tc_smem_bytes<D, G>()) == cudaSuccess) {
+      r.tc = std::max(n, 1);
     }
-    return std::max(n, 1);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_kernel<D, G, P>, kDecodeWarps * 32,
+                                                      0) == cudaSuccess) {
+      r.simt = std::max(n, 1);
+    }
+    cudaGetLastError();
+    return r;
   }();
   return blocks;
 }
 
 template <int D, int P>
-int tc_resident_blocks_dim(int group) {
+Residency resident_blocks_dim(int group) {
   switch (group) {
     case 1:
-      return tc_resident_blocks_of<D, 1, P>();
+      return resident_blocks_of<D, 1, P>();
     case 2:
-      return tc_resident_blocks_of<D, 2, P>();
+      return resident_blocks_of<D, 2, P>();
     case 4:
-      return tc_resident_blocks_of<D, 4, P>();
+      return resident_blocks_of<D, 4, P>();
     default:
-      return tc_resident_blocks_of<D, 8, P>();
+      return resident_blocks_of<D, 8, P>();
   }
 }
 
 template <int P>
-int tc_resident_blocks_page(int d, int group) {
+Residency resident_blocks_page(int d, int group) {
   switch (d) {
     case 64:
-      return tc_resident_blocks_dim<64, P>(group);
+      return resident_blocks_dim<64, P>(group);
     case 128:
-      return tc_resident_blocks_dim<128, P>(group);
+      return resident_blocks_dim<128, P>(group);
     default:
-      return tc_resident_blocks_dim<256, P>(group);
+      return resident_blocks_dim<256, P>(group);
   }
 }
 
-int tc_resident_blocks(const DecodeParams& p) {
+Residency resident_blocks(const DecodeParams& p) {
   const int group = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 1;
-  return p.page_size == 8 ? tc_resident_blocks_page<8>(p.head_dim, group)
-                          : tc_resident_blocks_page<16>(p.head_dim, group);
+  return p.page_size == 8 ? resident_blocks_page<8>(p.head_dim, group)
+                          : resident_blocks_page<16>(p.head_dim, group);
 }
 
 // The splits of each kernel: the SIMT kernel over all pages (path kSimt) or over the BF16 pages
@@ -1180,20 +1284,24 @@ SplitPlan plan_splits(const DecodeParams& p) {
   }
   plan.simt_splits = static_cast<int>(std::max(1LL, std::min(wanted, pages / (2 * kDecodeWarps))));
   if (plan.tensor_core) {
-    // The BF16 windows are short: one page per warp keeps that kernel's latency low.
-    const long long bf16_pages = p.max_bf16_pages_per_sequence > 0
-                                     ? std::min<long long>(p.max_bf16_pages_per_sequence, pages)
-                                     : pages;
-    plan.simt_splits = static_cast<int>(
-        std::max(1LL, std::min(wanted, (bf16_pages + kDecodeWarps - 1) / kDecodeWarps)));
     // Tensor-core blocks: exactly one wave of resident blocks over the whole batch (a partial
     // second wave would double the time of its blocks), but at least 4 tiles for each warp.
-    const long long resident =
-        static_cast<long long>(tc_resident_blocks(p)) * device_multiprocessors();
+    const Residency residency = resident_blocks(p);
+    const long long sms = device_multiprocessors();
     const long long tiles = (pages * p.page_size + kTileTokens - 1) / kTileTokens;
     const long long warps = p.head_dim >= 256 ? kTcWarps<256> : kTcWarps<128>;
     plan.tc_splits = static_cast<int>(
-        std::max(1LL, std::min(std::max(1LL, resident / blocks), tiles / (4 * warps))));
+        std::max(1LL, std::min(std::max(1LL, residency.tc * sms / blocks), tiles / (4 * warps))));
+    // The BF16 windows run beside it on the multiprocessors its blocks leave free: as many
+    // splits (up to one page per warp) as fit there at once, since a second wave of these short,
+    // latency-bound blocks would outlast the INT2 kernel at batch 1.
+    const long long bf16_pages = p.max_bf16_pages_per_sequence > 0
+                                     ? std::min<long long>(p.max_bf16_pages_per_sequence, pages)
+                                     : pages;
+    const long long tc_sms = (plan.tc_splits * blocks + residency.tc - 1) / residency.tc;
+    const long long free_slots = std::max(0LL, sms - tc_sms) * residency.simt;
+    plan.simt_splits = static_cast<int>(std::max(
+        1LL, std::min(free_slots / blocks, (bf16_pages + kDecodeWarps - 1) / kDecodeWarps)));
   }
   return plan;
 }
@@ -1211,7 +1319,7 @@ bool merges_in_block(int total) {
 // launch fails.
 template <int D, int G, int P>
 bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
-                   SplitPartial* part_ml, int* merge_counters) {
+                   SplitPartial* part_ml, unsigned* merge_counters) {
   const unsigned hkv = static_cast<unsigned>(p.num_kv_heads),
                  batch = static_cast<unsigned>(p.batch);
   const int total = plan.total();
@@ -1262,7 +1370,7 @@ bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
 // Status::kUnsupported when no kernel exists for the shape, kCudaError when a launch failed.
 template <int D, int P>
 Status dispatch_group(const DecodeParams& p, const SplitPlan& plan, float* o, SplitPartial* ml,
-                      int* counters) {
+                      unsigned* counters) {
   bool ok = false;
   switch (p.num_q_heads / p.num_kv_heads) {
     case 1:
@@ -1285,7 +1393,7 @@ Status dispatch_group(const DecodeParams& p, const SplitPlan& plan, float* o, Sp
 
 template <int P>
 Status dispatch_dim(const DecodeParams& p, const SplitPlan& plan, float* o, SplitPartial* ml,
-                    int* counters) {
+                    unsigned* counters) {
   switch (p.head_dim) {
     case 64:
       return dispatch_group<64, P>(p, plan, o, ml, counters);
@@ -1371,7 +1479,7 @@ Status demote_pages(const DemotePagesParams& p) {
 
 int decode_num_splits(const DecodeParams& p) { return plan_splits(p).total(); }
 
-std::size_t merge_counter_bytes(const DecodeParams& p) {
+std::size_t decode_counter_bytes(const DecodeParams& p) {
   const std::size_t bytes =
       static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_kv_heads) * sizeof(int);
   return (bytes + 255) / 256 * 256;
@@ -1383,7 +1491,7 @@ std::size_t decode_workspace_bytes(const DecodeParams& p) {
   const std::size_t splits = static_cast<std::size_t>(decode_num_splits(p));
   // Merge counters (one per sequence and KV head, padded to 256 bytes), partial outputs and
   // (max, sum) pairs per split.
-  return merge_counter_bytes(p) +
+  return decode_counter_bytes(p) +
          heads * splits *
              (static_cast<std::size_t>(p.head_dim) * sizeof(float) + sizeof(SplitPartial));
 }
@@ -1426,16 +1534,10 @@ Status decode_attention(const DecodeParams& p) {
   }
   const std::size_t heads =
       static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_q_heads);
-  auto* counters = static_cast<int*>(p.workspace);
+  auto* counters = static_cast<unsigned*>(p.workspace);
   float* part_o =
-      reinterpret_cast<float*>(static_cast<char*>(p.workspace) + merge_counter_bytes(p));
+      reinterpret_cast<float*>(static_cast<char*>(p.workspace) + decode_counter_bytes(p));
   auto* part_ml = reinterpret_cast<SplitPartial*>(part_o + heads * splits * p.head_dim);
-  // The merge counters start at zero (a small memset; the merging blocks also leave them zero,
-  // but a workspace may come from anywhere).
-  if (plan.tensor_core &&
-      !OSCAR_CUDA_OK(cudaMemsetAsync(counters, 0, merge_counter_bytes(p), p.stream))) {
-    return Status::kCudaError;
-  }
   const Status launched = p.page_size == 8 ? dispatch_dim<8>(p, plan, part_o, part_ml, counters)
                                            : dispatch_dim<16>(p, plan, part_o, part_ml, counters);
   if (launched == Status::kUnsupported)

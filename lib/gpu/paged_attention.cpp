@@ -258,11 +258,15 @@ torch::Tensor PagedInt2Attention::attend(std::int64_t layer, const torch::Tensor
   p.max_bf16_pages_per_sequence = static_cast<int>(bstride);
   p.out = bits_of<bf16_bits>(out);
   p.path = options_.path;
-  auto workspace = torch::empty({static_cast<std::int64_t>(kernels::decode_workspace_bytes(p))},
-                                torch::TensorOptions().dtype(torch::kUInt8).device(device_));
-  p.workspace = workspace.data_ptr();
-  p.workspace_bytes = static_cast<std::size_t>(workspace.numel());
-  check_status(kernels::decode_attention(p), "decode_attention");
+  const auto need = static_cast<std::int64_t>(kernels::decode_workspace_bytes(p));
+  if (!workspace_.defined() || workspace_.numel() < need) {
+    workspace_ = torch::zeros({need}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+  }
+  p.workspace = workspace_.data_ptr();
+  p.workspace_bytes = static_cast<std::size_t>(workspace_.numel());
+  const kernels::Status status = kernels::decode_attention(p);
+  if (status != kernels::Status::kOk) workspace_ = torch::Tensor();  // counters may be left set
+  check_status(status, "decode_attention");
 
   // Back to the model's value basis: O = O_rot R_V^T + v_mean.
   auto o = torch::einsum(

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """BF16 decode attention with torch's scaled_dot_product_attention (flash backend) for the shapes of
 oscar-bench: one query token per sequence, GQA, contiguous BF16 K/V; median of CUDA-event timings,
-each run preceded by a 256 MiB write that evicts L2 and hides Python's launch overhead (as
-oscar-bench does)."""
+each run preceded by a 256 MiB read (default) or write that evicts L2 and hides Python's launch
+overhead (as oscar-bench does: --flush read|write)."""
 import argparse
 import json
 
@@ -22,10 +22,19 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--flush", choices=["read", "write"], default="read",
+                    help="empty L2 by reading 256 MiB (clean lines) or by a memset (dirty lines)")
     ap.add_argument("--json")
     args, _ = ap.parse_known_args()
     dev = "cuda"
-    flush = torch.empty(256 << 20, dtype=torch.int8, device=dev)
+    flush = torch.zeros(64 << 20, dtype=torch.float32, device=dev)  # 256 MiB
+
+    def evict(i):
+        if args.flush == "read":
+            flush.sum()
+        else:
+            flush.fill_(float(i & 0x7f))
+
     rows = []
     print(f"{'batch':>6} {'context':>8} {'sdpa us':>10} {'GB/s':>8}  backend")
     for b in args.batches:
@@ -50,7 +59,7 @@ def main():
                         times = []
                         for i in range(args.iters):
                             s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-                            flush.fill_(i & 0x7f)
+                            evict(i)
                             s.record()
                             fn()
                             e.record()
@@ -73,6 +82,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "l2_flush": args.flush,
                        "points": rows}, f, indent=2)
 
 

@@ -64,6 +64,9 @@ class PagedInt2Attention : public AttentionBackend {
   torch::Device device_;
   std::vector<LayerCache> layers_;
   std::int64_t length_ = 0;
+  // The decode kernels' workspace, kept across calls: its merge counters are zeroed when it is
+  // allocated and every call leaves them zero.
+  torch::Tensor workspace_;
 };
 
 }  // namespace oscar

@@ -112,7 +112,12 @@ struct DecodeParams {
   bf16_bits* out = nullptr;  // [batch, Hq, d], rotated value basis
   int num_splits = 0;        // 0: chosen from the device and the shape; else per kernel (see path)
   DecodePath path = DecodePath::kAuto;
-  void* workspace = nullptr;  // decode_workspace_bytes(params) bytes, device, any contents
+  // decode_workspace_bytes(params) bytes on the device. Its first decode_counter_bytes(params)
+  // bytes are the split-merge counters: zero them once when the workspace is allocated (e.g.
+  // cudaMemsetAsync); every successful call leaves them zero, so the workspace can be reused by
+  // any later call whose counters fit (after a failed call, zero them again). The rest may hold
+  // anything.
+  void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
 };
@@ -120,6 +125,8 @@ struct DecodeParams {
 // every kernel it launches) and the workspace it needs for them.
 int decode_num_splits(const DecodeParams& params);
 std::size_t decode_workspace_bytes(const DecodeParams& params);
+// The leading bytes of the workspace that must be zero before a call (see DecodeParams).
+std::size_t decode_counter_bytes(const DecodeParams& params);
 Status decode_attention(const DecodeParams& params);
 
 }  // namespace oscar::kernels
