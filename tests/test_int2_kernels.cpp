@@ -529,6 +529,9 @@ TEST(Int2Decode, RejectsUnusableBuffers) {
   bad.v_scale_zero = reinterpret_cast<const bf16_bits*>(sz.ptr + 8);
   refused(bad, "16-byte aligned");
   bad = p;
+  bad.q = q.ptr + 1;  // queries are read in 16-byte vectors
+  refused(bad, "16-byte aligned");
+  bad = p;
   bad.workspace_bytes = decode_workspace_bytes(p) - 1;
   refused(bad, "workspace");
   bad = p;

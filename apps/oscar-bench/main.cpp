@@ -353,6 +353,59 @@ int main(int argc, char** argv) {
         2.0 * static_cast<double>(rows) / us);
   }
 
+  // Store (rotate + clip + quantize + pack) of a prefill chunk: new K/V rows of every KV head
+  // rotated by R_K / R_V (d x d per head, float32) and written as INT2 rows, or as BF16 rows.
+  double store_int2_gbs = 0.0, store_bf16_gbs = 0.0;
+  {
+    const int tokens = 32768;
+    const std::size_t rows = static_cast<std::size_t>(tokens) * hkv;
+    Buffer k(rows * d * 2), v(rows * d * 2), rot(static_cast<std::size_t>(hkv) * d * d * 4),
+        clip(hkv * 4), slots(static_cast<std::size_t>(tokens) * 8), kc(rows * d / 4),
+        vc(rows * d / 4), ksz(rows * 4), vsz(rows * 4), kb(rows * d * 2), vb(rows * d * 2);
+    fill_bf16(k, rows * d, rng);
+    fill_bf16(v, rows * d, rng);
+    std::vector<float> identity(static_cast<std::size_t>(hkv) * d * d, 0.0f);
+    for (int h = 0; h < hkv; ++h)
+      for (int i = 0; i < d; ++i) identity[(static_cast<std::size_t>(h) * d + i) * d + i] = 1.0f;
+    std::vector<float> clips(hkv, 0.96f);
+    std::vector<std::int64_t> slot(tokens);
+    for (int i = 0; i < tokens; ++i) slot[i] = i;
+    check(cudaMemcpy(rot.ptr, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice),
+          "copy");
+    check(cudaMemcpy(clip.ptr, clips.data(), hkv * 4, cudaMemcpyHostToDevice), "copy");
+    check(cudaMemcpy(slots.ptr, slot.data(), slot.size() * 8, cudaMemcpyHostToDevice), "copy");
+    StoreKvParams p;
+    p.num_tokens = tokens;
+    p.num_kv_heads = hkv;
+    p.head_dim = d;
+    p.page_size = ps;
+    p.k = k.as<bf16_bits>();
+    p.v = v.as<bf16_bits>();
+    p.k_rotation = p.v_rotation = rot.as<float>();  // the values do not change the work
+    p.k_clip = p.v_clip = clip.as<float>();
+    p.k_codes = kc.as<std::uint8_t>();
+    p.v_codes = vc.as<std::uint8_t>();
+    p.k_scale_zero = ksz.as<bf16_bits>();
+    p.v_scale_zero = vsz.as<bf16_bits>();
+    p.k_bf16 = kb.as<bf16_bits>();
+    p.v_bf16 = vb.as<bf16_bits>();
+    StoreKvParams to_int2 = p, to_bf16 = p;
+    to_int2.int2_slot = slots.as<std::int64_t>();
+    to_bf16.bf16_slot = slots.as<std::int64_t>();
+    if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) die("store_kv");
+    const double int2_us = time_us([&] { store_kv(to_int2); }, o.iters);
+    const double bf16_us = time_us([&] { store_kv(to_bf16); }, o.iters);
+    const double in_bytes = 2.0 * static_cast<double>(rows) * d * 2;
+    store_int2_gbs = (in_bytes + 2.0 * static_cast<double>(rows) * (d / 4 + 4)) / (int2_us * 1e3);
+    store_bf16_gbs = 2.0 * in_bytes / (bf16_us * 1e3);
+    fmt::print(
+        "store (rotate d x d in float32, clip, quantize, pack) of {} tokens x {} heads: to INT2 "
+        "{:.1f} us, {:.0f} GB/s ({:.0f}% of copy), {:.1f} M rows/s; to BF16 {:.1f} us, {:.0f} "
+        "GB/s\n",
+        tokens, hkv, int2_us, store_int2_gbs, 100.0 * store_int2_gbs / copy_gbs,
+        2.0 * static_cast<double>(rows) / int2_us, bf16_us, store_bf16_gbs);
+  }
+
   // Memory: KV bytes per token per layer and the largest batch at 128K in the budget.
   const double bf16_tok = 2.0 * hkv * d * 2.0;
   const double int2_tok = 2.0 * hkv * (d / 4.0 + 4.0);
@@ -384,6 +437,8 @@ int main(int argc, char** argv) {
                        {"recent", o.recent}}},
                      {"decode", points},
                      {"demotion_gbs", demote_gbs},
+                     {"store_int2_gbs", store_int2_gbs},
+                     {"store_bf16_gbs", store_bf16_gbs},
                      {"kv_bytes_per_token_layer", {{"bf16", bf16_tok}, {"int2", int2_tok}}},
                      {"per_layer_bytes_128k", {{"bf16", bf16_tok * ctx}, {"int2", int2_seq}}},
                      {"budget_gib", o.budget_gib},

@@ -372,9 +372,19 @@ __device__ void merge_in_block(const DecodeParams& p, const float* part_o,
     const float* po = part_o + (head0 + g) * total * D + e;
     const float* wg = weight + g * total;
     float o = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < total; ++s)
-      o = fmaf(wg[s], __ldcg(po + static_cast<std::int64_t>(s) * D), o);
+    // 32 splits' loads in flight at once: one L2 round trip for the usual split counts.
+    constexpr int kBatch = 32;
+    for (int s0 = 0; s0 < total; s0 += kBatch) {
+      float part[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        part[k] = s0 + k < total ? __ldcg(po + static_cast<std::int64_t>(s0 + k) * D) : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        if (s0 + k < total) o = fmaf(wg[s0 + k], part[k], o);
+      }
+    }
     p.out[(head0 + g) * D + e] = float_to_bf16(o * inv_l[g]);
   }
 }
@@ -853,16 +863,21 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   // The queries' loads go first: they are independent of the length and block-table reads the
   // first copies wait on, so their latency overlaps those (the bf16 bits are turned into the
   // query fragment once the pipeline has started).
-  bf16_bits q_bits[2 * KT][2];
+  // The elements a lane needs of field f are D/16 consecutive ones (from t D/16 + f D/4), so
+  // they come in D/8-byte vector loads.
+  constexpr int kQRun = D / 16;  // elements per field
+  using QChunk = std::conditional_t<kQRun == 4, uint2, uint4>;
+  constexpr int kQChunks = kQRun * 2 / static_cast<int>(sizeof(QChunk));
+  QChunk q_chunk[4][kQChunks];
   {
     const bool real_head = gid < G;
     const bf16_bits* qh =
         p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + (real_head ? gid : 0)) * D;
 #pragma unroll
-    for (int r = 0; r < 2 * KT; ++r) {
-      const int e = Map::key_element(t, r);
-      q_bits[r][0] = real_head ? qh[e] : bf16_bits{0};
-      q_bits[r][1] = real_head ? qh[e + 2] : bf16_bits{0};
+    for (int f = 0; f < 4; ++f) {
+      const auto* src = reinterpret_cast<const QChunk*>(qh + t * kQRun + f * (D / 4));
+#pragma unroll
+      for (int c = 0; c < kQChunks; ++c) q_chunk[f][c] = real_head ? src[c] : QChunk{};
     }
   }
 
@@ -899,10 +914,14 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   std::uint32_t qf[2 * KT];
   float q_sum_own = 0.0f;
   {
+    const auto* q_run = reinterpret_cast<const bf16_bits(*)[kQRun]>(&q_chunk[0][0]);
 #pragma unroll
     for (int r = 0; r < 2 * KT; ++r) {
-      const float lo = __half2float(__float2half_rn(bf16_to_float(q_bits[r][0])));
-      const float hi = __half2float(__float2half_rn(bf16_to_float(q_bits[r][1])));
+      // Register r holds elements key_element(t, r) and + 2: offset 4 (r / 8) + (r / 4) % 2 in
+      // the run of field r % 4.
+      const int at = 4 * (r / 8) + (r / 4) % 2;
+      const float lo = __half2float(__float2half_rn(bf16_to_float(q_run[r % 4][at])));
+      const float hi = __half2float(__float2half_rn(bf16_to_float(q_run[r % 4][at + 2])));
       q_sum_own += lo + hi;
       const float inv = 1.0f / static_cast<float>(1 << (2 * (r % 4)));  // 4^-f, exact
       qf[r] = pack_half2(lo * inv, hi * inv);
@@ -1521,9 +1540,12 @@ Status decode_attention(const DecodeParams& p) {
   const SplitPlan plan = plan_splits(p);
   const int splits = plan.total();
   auto misaligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0; };
-  if (plan.tensor_core && (misaligned(p.k_codes) || misaligned(p.v_codes) ||
-                           misaligned(p.k_scale_zero) || misaligned(p.v_scale_zero))) {
-    set_last_error("decode_attention: the INT2 pools must be 16-byte aligned (tensor-core path)");
+  if (plan.tensor_core &&
+      (misaligned(p.k_codes) || misaligned(p.v_codes) || misaligned(p.k_scale_zero) ||
+       misaligned(p.v_scale_zero) || misaligned(p.q))) {
+    set_last_error(
+        "decode_attention: the INT2 pools and the queries must be 16-byte aligned (tensor-core "
+        "path)");
     return Status::kInvalidArgument;
   }
   const std::size_t need = decode_workspace_bytes(p);

@@ -25,8 +25,8 @@
 // and the recent window (BF16). bf16_block_table[b] lists the sink's pages followed by the recent
 // window's pages; int2_block_table[b] lists the INT2 pages. The recent window starts on a page
 // boundary (its first page is bf16_block_table[b][ceil(sink_len[b] / page_size)]).
-// Pools are addressed with vector loads: every pool pointer must be 16-byte aligned (cudaMalloc
-// gives 256).
+// Pools and queries are addressed with vector loads: every pool pointer and the query pointer
+// must be 16-byte aligned (cudaMalloc gives 256).
 namespace oscar::kernels {
 
 // bf16 values travel as their 16-bit patterns so this header needs no CUDA fp16 headers.
