@@ -100,50 +100,91 @@ __device__ void quantize_row_warp(const float (&x)[E], int d, float clip_ratio,
 }
 
 // ---------------------------------------------------------------------------------------------
-// store_kv: block (token, KV head), warp 0 keys, warp 1 values.
+// store_kv: block (chunk of kStoreTokens tokens, KV head, keys or values) of kStoreThreads
+// threads. The chunk's centred, smoothed rows are staged in shared memory transposed
+// ([element][token], so a thread reads four tokens of an element in one vector load); thread
+// (group g, column j) computes column j of the rotated rows of its kStoreTokens / groups tokens,
+// each with the same fused multiply-adds in the same order (i = 0 .. d-1) as a plain dot product,
+// reading R[i][j] once for all of them. The rotated rows then go back to shared memory row by row
+// and each warp stores / quantizes whole rows.
+constexpr int kStoreTokens = 32;
+constexpr int kStoreThreads = 256;
+
 template <int D>
-__global__ void store_kv_kernel(StoreKvParams p) {
+__global__ void __launch_bounds__(kStoreThreads) store_kv_kernel(StoreKvParams p) {
   constexpr int E = D / 32;
-  __shared__ float row[2][D];
-  __shared__ std::uint8_t codes[2][D];
-  const int token = blockIdx.x, head = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bool is_key = warp == 0;
+  constexpr int kGroups = kStoreThreads / D;  // token groups: 4 at d 64, 2 at 128, 1 at 256
+  constexpr int kPerThread = kStoreTokens / kGroups;
+  constexpr int kStride = kStoreTokens + 4;  // keeps 16-byte alignment, spreads the writes
+  constexpr int kWarps = kStoreThreads / 32;
+  static_assert(kStoreThreads % D == 0 && kPerThread % 4 == 0, "store tiling");
+  __shared__ __align__(16) float stage[D * kStride];  // [element][token], then [token][element]
+  __shared__ std::uint8_t codes[kWarps][D];
+  const int head = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool is_key = blockIdx.z == 0;
   const int hkv = p.num_kv_heads;
-  const bf16_bits* src = (is_key ? p.k : p.v) + (static_cast<std::int64_t>(token) * hkv + head) * D;
+  const std::int64_t token0 = static_cast<std::int64_t>(blockIdx.x) * kStoreTokens;
+  const std::int64_t left = p.num_tokens - token0;
+  const int count = left < kStoreTokens ? static_cast<int>(left) : kStoreTokens;
+  const bf16_bits* src = is_key ? p.k : p.v;
   const float* mean = is_key ? p.k_mean : p.v_mean;
   const float* smooth = is_key ? p.k_smooth : nullptr;
-  for (int e = lane; e < D; e += 32) {
-    float x = bf16_to_float(src[e]);
-    if (mean != nullptr) x = __fsub_rn(x, mean[head * D + e]);
-    if (smooth != nullptr) x = __fdiv_rn(x, smooth[head * D + e]);
-    row[warp][e] = x;
+  for (int idx = threadIdx.x; idx < kStoreTokens * D; idx += kStoreThreads) {
+    const int t = idx / D, e = idx % D;
+    float x = 0.0f;
+    if (t < count) {
+      x = bf16_to_float(src[((token0 + t) * hkv + head) * D + e]);
+      if (mean != nullptr) x = __fsub_rn(x, mean[head * D + e]);
+      if (smooth != nullptr) x = __fdiv_rn(x, smooth[head * D + e]);
+    }
+    stage[e * kStride + t] = x;
   }
-  __syncwarp();
+  __syncthreads();
+  const int j = threadIdx.x % D, first = (threadIdx.x / D) * kPerThread;
   const float* rot =
-      (is_key ? p.k_rotation : p.v_rotation) + static_cast<std::int64_t>(head) * D * D;
-  float rotated[E];
+      (is_key ? p.k_rotation : p.v_rotation) + static_cast<std::int64_t>(head) * D * D + j;
+  float acc[kPerThread];
 #pragma unroll
-  for (int m = 0; m < E; ++m) {
-    const int j = lane + 32 * m;
-    float acc = 0.0f;
-    for (int i = 0; i < D; ++i) acc = fmaf(row[warp][i], rot[i * D + j], acc);
-    rotated[m] = round_bf16(acc);
-  }
-  const std::int64_t bslot = p.bf16_slot != nullptr ? p.bf16_slot[token] : -1;
-  if (bslot >= 0) {
-    const std::int64_t page = bslot / p.page_size, offset = bslot % p.page_size;
-    bf16_bits* dst = (is_key ? p.k_bf16 : p.v_bf16) +
-                     ((page * hkv + head) * p.page_size + offset) * static_cast<std::int64_t>(D);
+  for (int u = 0; u < kPerThread; ++u) acc[u] = 0.0f;
+#pragma unroll 4
+  for (int i = 0; i < D; ++i) {
+    const float r = __ldg(rot + i * D);
+    const float4* xi = reinterpret_cast<const float4*>(&stage[i * kStride + first]);
 #pragma unroll
-    for (int m = 0; m < E; ++m) dst[lane + 32 * m] = float_to_bf16(rotated[m]);
+    for (int u = 0; u < kPerThread / 4; ++u) {
+      const float4 x4 = xi[u];
+      acc[4 * u] = fmaf(x4.x, r, acc[4 * u]);
+      acc[4 * u + 1] = fmaf(x4.y, r, acc[4 * u + 1]);
+      acc[4 * u + 2] = fmaf(x4.z, r, acc[4 * u + 2]);
+      acc[4 * u + 3] = fmaf(x4.w, r, acc[4 * u + 3]);
+    }
   }
-  const std::int64_t islot = p.int2_slot != nullptr ? p.int2_slot[token] : -1;
-  if (islot >= 0) {
-    const std::int64_t page = islot / p.page_size, offset = islot % p.page_size;
-    const std::int64_t row_index = (page * hkv + head) * p.page_size + offset;
-    quantize_row_warp<E>(rotated, D, (is_key ? p.k_clip : p.v_clip)[head], codes[warp],
-                         (is_key ? p.k_codes : p.v_codes) + row_index * (D / 4),
-                         (is_key ? p.k_scale_zero : p.v_scale_zero) + row_index * 2);
+  __syncthreads();  // every read of the transposed rows is done
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) stage[(first + u) * D + j] = round_bf16(acc[u]);
+  __syncthreads();
+  const std::int64_t* bf16_slot = p.bf16_slot;
+  const std::int64_t* int2_slot = p.int2_slot;
+  for (int t = warp; t < count; t += kWarps) {
+    float rotated[E];
+#pragma unroll
+    for (int m = 0; m < E; ++m) rotated[m] = stage[t * D + lane + 32 * m];
+    const std::int64_t bslot = bf16_slot != nullptr ? bf16_slot[token0 + t] : -1;
+    if (bslot >= 0) {
+      const std::int64_t page = bslot / p.page_size, offset = bslot % p.page_size;
+      bf16_bits* dst = (is_key ? p.k_bf16 : p.v_bf16) +
+                       ((page * hkv + head) * p.page_size + offset) * static_cast<std::int64_t>(D);
+#pragma unroll
+      for (int m = 0; m < E; ++m) dst[lane + 32 * m] = float_to_bf16(rotated[m]);
+    }
+    const std::int64_t islot = int2_slot != nullptr ? int2_slot[token0 + t] : -1;
+    if (islot >= 0) {
+      const std::int64_t page = islot / p.page_size, offset = islot % p.page_size;
+      const std::int64_t row_index = (page * hkv + head) * p.page_size + offset;
+      quantize_row_warp<E>(rotated, D, (is_key ? p.k_clip : p.v_clip)[head], codes[warp],
+                           (is_key ? p.k_codes : p.v_codes) + row_index * (D / 4),
+                           (is_key ? p.k_scale_zero : p.v_scale_zero) + row_index * 2);
+    }
   }
 }
 
@@ -1453,16 +1494,17 @@ Status store_kv(const StoreKvParams& p) {
     return Status::kInvalidArgument;
   }
   if (p.num_tokens == 0) return Status::kOk;
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads));
+  const dim3 grid(static_cast<unsigned>((p.num_tokens + kStoreTokens - 1) / kStoreTokens),
+                  static_cast<unsigned>(p.num_kv_heads), 2);
   switch (p.head_dim) {
     case 64:
-      store_kv_kernel<64><<<grid, 64, 0, p.stream>>>(p);
+      store_kv_kernel<64><<<grid, kStoreThreads, 0, p.stream>>>(p);
       break;
     case 128:
-      store_kv_kernel<128><<<grid, 64, 0, p.stream>>>(p);
+      store_kv_kernel<128><<<grid, kStoreThreads, 0, p.stream>>>(p);
       break;
     default:
-      store_kv_kernel<256><<<grid, 64, 0, p.stream>>>(p);
+      store_kv_kernel<256><<<grid, kStoreThreads, 0, p.stream>>>(p);
       break;
   }
   OSCAR_CUDA_CHECK(cudaGetLastError());
