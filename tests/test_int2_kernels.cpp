@@ -102,8 +102,42 @@ TEST_P(Int2Store, DemotionIsBitExact) {
   const auto [d, ps] = GetParam();
   const int heads = 3, pages = 5;
   std::mt19937 rng(static_cast<unsigned>(d * 31 + ps));
-  const auto k = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
-  const auto v = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
+  auto k = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
+  auto v = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
+  // Rows that stress the exact clip threshold and the divisions (all values exact in bf16):
+  // zeros, signed zeros, a constant row, ties, subnormals, huge values, a single spike.
+  auto special = [d](std::vector<float>& x, std::size_t row, int kind) {
+    for (int e = 0; e < d; ++e) {
+      float& y = x[row * d + e];
+      switch (kind) {
+        case 0:
+          y = 0.0f;
+          break;
+        case 1:
+          y = e % 2 ? -0.0f : 0.0f;
+          break;
+        case 2:
+          y = 0.5f;
+          break;
+        case 3:
+          y = static_cast<float>(e % 3) - 1.0f;
+          break;
+        case 4:
+          y = std::ldexp(static_cast<float>(e % 5) - 2.0f, -130);
+          break;
+        case 5:
+          y = std::ldexp(static_cast<float>(e % 7) - 3.0f, 100);
+          break;
+        default:
+          y = e == 5 ? 64.0f : (e % 2 ? -0.25f : 0.25f);
+          break;
+      }
+    }
+  };
+  for (int kind = 0; kind < 7; ++kind) {
+    special(k, static_cast<std::size_t>(kind) * 3, kind);
+    special(v, static_cast<std::size_t>(kind) * 5 + 1, kind);
+  }
   const std::vector<float> k_clip = {0.96f, 1.0f, 0.8f}, v_clip = {0.92f, 0.5f, 1.0f};
   // Source bf16 pages 0..4 go to INT2 pages in a scrambled order.
   const std::vector<std::int32_t> pairs = {0, 3, 1, 0, 2, 4, 3, 1, 4, 2};

@@ -30,74 +30,9 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
-// ---------------------------------------------------------------------------------------------
-// INT2 quantization of one row held by a warp: lane l owns elements l + 32 m, m < E. The same
-// float32 operations in the same order as int2::quantize_group (docs/int2-format.md), written with
-// round-to-nearest intrinsics so that nvcc cannot contract them into fused multiply-adds.
-template <int E>
-__device__ void quantize_row_warp(const float (&x)[E], int d, float clip_ratio,
-                                  std::uint8_t* codes_smem, std::uint8_t* packed_out,
-                                  bf16_bits* scale_zero_out) {
-  const int lane = threadIdx.x & 31;
-  // Clip threshold: the magnitude at ascending position k, by a radix select on the float bits
-  // (non-negative floats order as their bit patterns).
-  const double position = floor(static_cast<double>(clip_ratio) * static_cast<double>(d));
-  int k = position >= static_cast<double>(d - 1) ? d - 1 : static_cast<int>(position);
-  unsigned bits[E];
-#pragma unroll
-  for (int m = 0; m < E; ++m) bits[m] = __float_as_uint(x[m]) & 0x7fffffffu;
-  unsigned prefix = 0;
-  for (int bit = 30; bit >= 0; --bit) {
-    const unsigned high_mask = ~((2u << bit) - 1u);
-    int count = 0;
-#pragma unroll
-    for (int m = 0; m < E; ++m) {
-      count += ((bits[m] & high_mask) == prefix && ((bits[m] >> bit) & 1u) == 0u) ? 1 : 0;
-    }
-    count = warp_sum(count);
-    if (k >= count) {
-      prefix |= 1u << bit;
-      k -= count;
-    }
-  }
-  const float t = __uint_as_float(prefix);
-  float c[E];
-  float lo = INFINITY, hi = -INFINITY;
-#pragma unroll
-  for (int m = 0; m < E; ++m) {
-    c[m] = fminf(fmaxf(x[m], -t), t);
-    lo = fminf(lo, c[m]);
-    hi = fmaxf(hi, c[m]);
-  }
-  for (int off = 16; off > 0; off >>= 1) {
-    lo = fminf(lo, __shfl_xor_sync(kFullMask, lo, off));
-    hi = fmaxf(hi, __shfl_xor_sync(kFullMask, hi, off));
-  }
-  float scale = round_bf16(__fdiv_rn(__fsub_rn(hi, lo), 3.0f));
-  if (!(scale > 0.0f) || isinf(scale)) scale = 1.0f;
-  float zero = round_bf16(__fdiv_rn(-lo, scale));
-  if (isinf(zero)) {
-    scale = 1.0f;
-    zero = round_bf16(-lo);
-  }
-#pragma unroll
-  for (int m = 0; m < E; ++m) {
-    const float q = floorf(__fadd_rn(__fadd_rn(__fdiv_rn(c[m], scale), zero), 0.5f));
-    codes_smem[lane + 32 * m] = static_cast<std::uint8_t>(fminf(fmaxf(q, 0.0f), 3.0f));
-  }
-  __syncwarp();
-  const int quarter = d / 4;
-  for (int j = lane; j < quarter; j += 32) {
-    packed_out[j] = static_cast<std::uint8_t>(codes_smem[j] | (codes_smem[j + quarter] << 2) |
-                                              (codes_smem[j + 2 * quarter] << 4) |
-                                              (codes_smem[j + 3 * quarter] << 6));
-  }
-  if (lane == 0) {
-    scale_zero_out[0] = float_to_bf16(scale);
-    scale_zero_out[1] = float_to_bf16(zero);
-  }
-  __syncwarp();
-}
+// The INT2 row quantizer of bf16 rows (exact clip threshold, bit-identical to the reference) and
+// the demotion kernel built on it.
+#include "int2_quantize.cuh"  // NOLINT(build/include)
 
 // ---------------------------------------------------------------------------------------------
 // store_kv: block (chunk of kStoreTokens tokens, KV head, keys or values) of kStoreThreads
@@ -119,7 +54,6 @@ __global__ void __launch_bounds__(kStoreThreads) store_kv_kernel(StoreKvParams p
   constexpr int kWarps = kStoreThreads / 32;
   static_assert(kStoreThreads % D == 0 && kPerThread % 4 == 0, "store tiling");
   __shared__ __align__(16) float stage[D * kStride];  // [element][token], then [token][element]
-  __shared__ std::uint8_t codes[kWarps][D];
   const int head = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool is_key = blockIdx.z == 0;
   const int hkv = p.num_kv_heads;
@@ -181,34 +115,10 @@ __global__ void __launch_bounds__(kStoreThreads) store_kv_kernel(StoreKvParams p
     if (islot >= 0) {
       const std::int64_t page = islot / p.page_size, offset = islot % p.page_size;
       const std::int64_t row_index = (page * hkv + head) * p.page_size + offset;
-      quantize_row_warp<E>(rotated, D, (is_key ? p.k_clip : p.v_clip)[head], codes[warp],
+      quantize_row_bf16<D>(rotated, (is_key ? p.k_clip : p.v_clip)[head],
                            (is_key ? p.k_codes : p.v_codes) + row_index * (D / 4),
                            (is_key ? p.k_scale_zero : p.v_scale_zero) + row_index * 2);
     }
-  }
-}
-
-// demote_pages: block (page pair, KV head); 8 warps walk the page's K rows then its V rows.
-template <int D>
-__global__ void demote_pages_kernel(DemotePagesParams p) {
-  constexpr int E = D / 32;
-  constexpr int kWarps = 8;
-  __shared__ std::uint8_t codes[kWarps][D];
-  const int pair = blockIdx.x, head = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const std::int64_t src_page = p.page_pairs[2 * pair], dst_page = p.page_pairs[2 * pair + 1];
-  const int hkv = p.num_kv_heads, ps = p.page_size;
-  for (int r = warp; r < 2 * ps; r += kWarps) {
-    const bool is_key = r < ps;
-    const int offset = is_key ? r : r - ps;
-    const bf16_bits* src = (is_key ? p.k_bf16 : p.v_bf16) +
-                           ((src_page * hkv + head) * ps + offset) * static_cast<std::int64_t>(D);
-    float x[E];
-#pragma unroll
-    for (int m = 0; m < E; ++m) x[m] = bf16_to_float(src[lane + 32 * m]);
-    const std::int64_t row_index = (dst_page * hkv + head) * ps + offset;
-    quantize_row_warp<E>(x, D, (is_key ? p.k_clip : p.v_clip)[head], codes[warp],
-                         (is_key ? p.k_codes : p.v_codes) + row_index * (D / 4),
-                         (is_key ? p.k_scale_zero : p.v_scale_zero) + row_index * 2);
   }
 }
 
@@ -1522,20 +1432,7 @@ Status demote_pages(const DemotePagesParams& p) {
     return Status::kInvalidArgument;
   }
   if (p.num_pages == 0) return Status::kOk;
-  const dim3 grid(static_cast<unsigned>(p.num_pages), static_cast<unsigned>(p.num_kv_heads));
-  switch (p.head_dim) {
-    case 64:
-      demote_pages_kernel<64><<<grid, 256, 0, p.stream>>>(p);
-      break;
-    case 128:
-      demote_pages_kernel<128><<<grid, 256, 0, p.stream>>>(p);
-      break;
-    default:
-      demote_pages_kernel<256><<<grid, 256, 0, p.stream>>>(p);
-      break;
-  }
-  OSCAR_CUDA_CHECK(cudaGetLastError());
-  return Status::kOk;
+  return launch_demote_pages_fast(p);
 }
 
 int decode_num_splits(const DecodeParams& p) { return plan_splits(p).total(); }

@@ -1,23 +1,23 @@
-// Fast INT2 quantization of BF16 rows (bit-identical to the plain warp quantizer) and the demotion
-// kernel built on it. Included by int2_cache.cu inside its anonymous namespace, after bf16_to_float,
-// float_to_bf16, round_bf16 and kFullMask; it includes nothing itself.
+// Fast INT2 quantization of BF16 rows, bit-identical to the plain warp quantizer, and the demotion
+// kernel built on it. Included by int2_cache.cu inside its anonymous namespace, after
+// bf16_to_float, float_to_bf16, round_bf16 and kFullMask; it includes nothing itself.
 //
-// The clip threshold is an order statistic of the row's magnitudes. Every input is a bf16 value, so
-// a magnitude is a 15-bit key (float bits 30..16; bits 15..0 are zero) and keys order like the
-// magnitudes. Two exact selections of the same key:
-//   - top rounds (r = d - 1 - k < kTopRounds, i.e. clip ratios near 1): each lane sorts its keys,
-//     and every round takes the warp maximum of the lanes' heads and pops it from the lanes holding
-//     it, until the r-th largest key is reached: at most r + 1 rounds of one redux and one ballot;
-//   - radix (any k): the largest T with #(key < T) <= k, decided bit by bit over the 15 key bits,
-//     counting two keys per 32-bit word at once (16-bit fields, no carry between them).
-// The float part (clamp, range, scale, zero, codes) performs the same operations in the same order
-// as int2::quantize_group (docs/int2-format.md), with round-to-nearest intrinsics so that nothing is
-// contracted into a fused multiply-add.
+// Clip threshold: the magnitude at ascending position k. Inputs are bf16 values, so magnitudes
+// order like their 15-bit keys (bits 30..16) and the threshold is the order statistic of the keys,
+// found by one of two exact selections (r = d - 1 - k, the position from the top):
+//   - top rounds (r < kTopRounds, clip ratios near 1): each lane sorts its keys; each of r rounds
+//     pops the warp maximum (one redux), then the maximum left is the answer;
+//   - radix (any k): the largest T with at least r + 1 keys >= T, bit by bit over 15 bits, two
+//     keys per 32-bit word compared with T at once.
+// Range, scale, zero and codes follow int2::quantize_group (docs/int2-format.md) operation by
+// operation, with round-to-nearest intrinsics so that nothing is contracted into a fused
+// multiply-add. Divisions by 3 and by the stored scale go through a reciprocal and one exact
+// remainder correction where that is proven to give the same bits (see divide_by).
 
 namespace int2q {
 
-// Rounds of the top selection beyond which the radix selection is cheaper.
-constexpr int kTopRounds = 16;
+// Rounds of the top selection below which it is cheaper than the 15 radix steps.
+constexpr int kTopRounds = 18;
 
 __device__ __forceinline__ int warp_max(int v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -37,7 +37,7 @@ __device__ __forceinline__ unsigned warp_add(unsigned v) {
 #endif
 }
 
-// Ascending position of the clip threshold, exactly as the reference computes it (float64).
+// Ascending position of the clip threshold, computed as the reference does (float64, clamped).
 template <int D>
 __device__ __forceinline__ int clip_position(float clip_ratio) {
   const double position = floor(static_cast<double>(clip_ratio) * static_cast<double>(D));
@@ -50,7 +50,7 @@ __device__ __forceinline__ void order_descending(int& a, int& b) {
   a = high;
 }
 
-// Sorting networks (descending) for the E = 2, 4 and 8 keys of a lane.
+// Sorting networks (descending) for the E = 2, 4 or 8 values of a lane.
 template <int E>
 __device__ __forceinline__ void sort_descending(int (&s)[E]) {
   static_assert(E == 2 || E == 4 || E == 8, "rows of 64, 128 or 256 elements");
@@ -71,38 +71,46 @@ __device__ __forceinline__ void sort_descending(int (&s)[E]) {
   }
 }
 
-// The r-th largest key of the warp (0 <= r < 32 E). Invariant: the popped keys are the largest ones
-// and the answer is the r-th largest of the rest; a round's maximum `top` is held by `count` lane
-// heads, so if r < count the answer is `top`, else those count copies are the next largest keys.
-template <int E>
-__device__ __forceinline__ int select_top(int (&s)[E], int r) {
-  sort_descending(s);
-  for (;;) {
-    const int top = warp_max(s[0]);
-    const bool hit = s[0] == top;
-    const int count = __popc(__ballot_sync(kFullMask, hit));
-    if (r < count) return top;
-    r -= count;
-    if (hit) {
-#pragma unroll
-      for (int m = 0; m + 1 < E; ++m) s[m] = s[m + 1];
-      s[E - 1] = -1;  // below every key: an exhausted lane never holds the maximum
-    }
-  }
+// The 15-bit key of a bf16 value's magnitude (bits 30..16), moved to bits kShift .. kShift + 14.
+template <int kShift>
+__device__ __forceinline__ unsigned magnitude_key(float v) {
+  return (__float_as_uint(v) >> (16 - kShift)) & (0x7fffu << kShift);
 }
 
-// The largest key T (the r-th largest key) with at least r + 1 keys >= T. Two keys share a word as
-// 16-bit fields 0x8000 + key; subtracting T (1 <= T <= 0x7fff) from both fields cannot borrow across
-// them, and bit 15 of a field is then set exactly when key >= T.
+// The r-th largest (0-based) key of the warp's values, 0 <= r < 32 E. Each lane sorts its keys,
+// tagged with its lane number (key << 5 | lane), so that all tagged keys are distinct and order
+// like the keys. Each of r rounds takes the warp maximum and pops it from the one lane whose head
+// it is; the maximum of what is left is then the r-th largest.
 template <int E>
-__device__ __forceinline__ int select_radix(const int (&key)[E], int r) {
+__device__ __forceinline__ unsigned select_top(const float (&x)[E], int r) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  int s[E];
+#pragma unroll
+  for (int m = 0; m < E; ++m) s[m] = static_cast<int>(magnitude_key<5>(x[m])) | lane;
+  sort_descending(s);
+#pragma unroll 1
+  for (int round = 0; round < r; ++round) {
+    if (s[0] == warp_max(s[0])) {
+#pragma unroll
+      for (int m = 0; m + 1 < E; ++m) s[m] = s[m + 1];
+      s[E - 1] = -1;  // below every tagged key: an exhausted lane never holds the maximum
+    }
+  }
+  return static_cast<unsigned>(warp_max(s[0])) >> 5;
+}
+
+// The r-th largest key of the warp's values: the largest T with at least r + 1 keys >= T, decided
+// from bit 14 down. Two keys share a word as 16-bit fields 0x8000 + key; subtracting T
+// (1 <= T <= 0x7fff) from both fields cannot borrow across them, and bit 15 of a field is then set
+// exactly when key >= T.
+template <int E>
+__device__ __forceinline__ unsigned select_radix(const float (&x)[E], int r) {
   unsigned packed[E / 2];
 #pragma unroll
   for (int j = 0; j < E / 2; ++j) {
-    packed[j] = static_cast<unsigned>(key[2 * j]) | (static_cast<unsigned>(key[2 * j + 1]) << 16) |
-                0x80008000u;
+    packed[j] = magnitude_key<0>(x[2 * j]) | magnitude_key<16>(x[2 * j + 1]) | 0x80008000u;
   }
-  unsigned prefix = 0;  // the threshold found so far, in both fields
+  unsigned prefix = 0;  // the threshold so far, in both fields
 #pragma unroll
   for (int bit = 14; bit >= 0; --bit) {
     const unsigned trial = prefix + (0x10001u << bit);
@@ -111,35 +119,61 @@ __device__ __forceinline__ int select_radix(const int (&key)[E], int r) {
     for (int j = 0; j < E / 2; ++j) at_least += __popc((packed[j] - trial) & 0x80008000u);
     if (warp_add(at_least) > static_cast<unsigned>(r)) prefix = trial;
   }
-  return static_cast<int>(prefix & 0xffffu);
+  return prefix & 0xffffu;
 }
 
-// One row quantized by a warp: lane l holds elements l + 32 m. Returns the lane's packed bytes
+// RN(1/3).
+constexpr float kReciprocalOf3 = 0x1.555556p-2f;
+
+// x / s from inverse = RN(1/s): the rounded product and one correction by the exact remainder, each
+// step an explicit round-to-nearest operation. Not correctly rounded in general; where it is used,
+// an exhaustive check (all operands of the domain, on the CPU with the same IEEE operations) showed
+// it gives the same result as __fdiv_rn for everything that is stored:
+//   - x / 3 for every float x: the same bits except x = -0 and x = +-inf, where both quotients make
+//     the scale 1 (zero, infinite or NaN);
+//   - c / s for s a positive bf16 >= 2^-90 and c a finite bf16 with |c| <= 1024 s (any finite c
+//     when s = 1): the same bits except quotients below 2^-29 in magnitude, whose codes are the
+//     same for every bf16 zero, and whose bf16 rounding is the same once the sign of c is copied.
+__device__ __forceinline__ float divide_by(float x, float s, float inverse) {
+  const float q = __fmul_rn(x, inverse);
+  return __fmaf_rn(__fmaf_rn(-q, s, x), inverse, q);
+}
+
+// The code of a quotient c / scale, as in the reference: clamp(floor(c / s + zero + 0.5), 0, 3), a
+// float holding 0, 1, 2 or 3 (possibly -0).
+__device__ __forceinline__ float code_of(float quotient, float zero) {
+  const float v = floorf(__fadd_rn(__fadd_rn(quotient, zero), 0.5f));
+  return fminf(fmaxf(v, 0.0f), 3.0f);
+}
+
+// The byte c0 | c1 << 2 | c2 << 4 | c3 << 6 of four codes: the sum c0 + 4 c1 + 16 c2 + 64 c3 is an
+// exact small integer in float (fused multiply-adds of integers below 2^8), and adding 2^23 moves
+// it into the low mantissa bits (-0 included).
+__device__ __forceinline__ unsigned pack_codes(float c0, float c1, float c2, float c3) {
+  const float sum = __fmaf_rn(c3, 64.0f, __fmaf_rn(c2, 16.0f, __fmaf_rn(c1, 4.0f, c0)));
+  return __float_as_uint(__fadd_rn(sum, 0x1p23f)) & 0xffu;
+}
+
+// One row quantized by a warp; lane l holds elements l + 32 m. Returns the lane's packed bytes
 // (D = 64: byte l for lanes < 16; D = 128: byte l; D = 256: byte l in bits 0..7 and byte l + 32 in
-// bits 8..15) and the bf16 scale and zero, the same in every lane. k is clip_position<D>(clip).
+// bits 8..15) and the bf16 scale and zero, the same in every lane. k = clip_position<D>(clip).
 template <int D>
 __device__ __forceinline__ unsigned quantize_row_codes(const float (&x)[D / 32], int k,
-                                                       bf16_bits& scale_bits, bf16_bits& zero_bits) {
+                                                       bf16_bits& scale_bits,
+                                                       bf16_bits& zero_bits) {
   constexpr int E = D / 32;
   static_assert(D == 64 || D == 128 || D == 256, "rows of 64, 128 or 256 elements");
-  int key[E];
-#pragma unroll
-  for (int m = 0; m < E; ++m) key[m] = static_cast<int>((__float_as_uint(x[m]) >> 16) & 0x7fffu);
-  // Ascending position k = d - 1 - r. A negative k (clip ratio <= 0) selects nothing, as in the
-  // reference bit search: threshold +0.
-  int threshold_key = 0;
+  // A negative k (clip ratio <= 0) selects nothing, as in the reference bit search: threshold +0.
+  // Otherwise the threshold is the r-th largest magnitude, r = D - 1 - k. Bits 15..0 of a bf16
+  // value are zero, so the magnitudes order like their 15-bit keys (bits 30..16) and the key of the
+  // order statistic is the order statistic of the keys. (A NaN with other low bits could only
+  // change the threshold's NaN payload, which fminf / fmaxf never pass on.)
+  unsigned threshold = 0;
   if (k >= 0) {
     const int r = D - 1 - k;
-    if (r < kTopRounds) {
-      int sorted[E];
-#pragma unroll
-      for (int m = 0; m < E; ++m) sorted[m] = key[m];
-      threshold_key = select_top(sorted, r);
-    } else {
-      threshold_key = select_radix(key, r);
-    }
+    threshold = (r < kTopRounds ? select_top(x, r) : select_radix(x, r)) << 16;
   }
-  const float t = __uint_as_float(static_cast<unsigned>(threshold_key) << 16);
+  const float t = __uint_as_float(threshold);
 
   float c[E];
   float lo = INFINITY, hi = -INFINITY;
@@ -153,86 +187,109 @@ __device__ __forceinline__ unsigned quantize_row_codes(const float (&x)[D / 32],
     lo = fminf(lo, __shfl_xor_sync(kFullMask, lo, off));
     hi = fmaxf(hi, __shfl_xor_sync(kFullMask, hi, off));
   }
-  float scale = round_bf16(__fdiv_rn(__fsub_rn(hi, lo), 3.0f));
+  lo = __fadd_rn(lo, 0.0f);  // a zero minimum is +0 in every lane, as in int2::quantize_group
+  float scale = round_bf16(divide_by(__fsub_rn(hi, lo), 3.0f, kReciprocalOf3));
   if (!(scale > 0.0f) || isinf(scale)) scale = 1.0f;
-  float zero = round_bf16(__fdiv_rn(-lo, scale));
-  if (isinf(zero)) {
-    scale = 1.0f;
-    zero = round_bf16(-lo);
+  // The domain on which dividing through RN(1/scale) gives the same zero and codes (see divide_by):
+  // lo and hi finite (so is every non-NaN c), scale >= 2^-90, |c| <= 1024 scale or scale = 1. Rows
+  // with lo < hi and such a scale always are (bf16 spacing keeps |c| / scale below 3 * 2^8 * 1.01);
+  // the rest divide.
+  const float extent = fmaxf(fabsf(lo), fabsf(hi));
+  const bool reciprocal = scale >= 0x1p-90f && (extent <= 1024.0f * scale ||
+                                                (scale == 1.0f && extent <= 0x1.fffffep127f));
+  float zero, inverse = 0.0f;
+  if (reciprocal) {
+    inverse = __frcp_rn(scale);
+    // |lo / scale| <= 1024, or scale = 1 and the quotient is -lo: never infinite.
+    zero = round_bf16(copysignf(divide_by(-lo, scale, inverse), -lo));
+  } else {
+    zero = round_bf16(__fdiv_rn(-lo, scale));
+    if (isinf(zero)) {
+      scale = 1.0f;
+      zero = round_bf16(-lo);
+    }
   }
   scale_bits = float_to_bf16(scale);
   zero_bits = float_to_bf16(zero);
 
-  // Codes as exact small integers in float (0..3, possibly -0); a lane's fields are summed as
-  // code0 + 4 code1 + ... (exact), and adding 2^23 puts the integer in the low mantissa bits.
-  float q[E];
+  float code[E];
+  if (reciprocal) {
 #pragma unroll
-  for (int m = 0; m < E; ++m) {
-    const float v = floorf(__fadd_rn(__fadd_rn(__fdiv_rn(c[m], scale), zero), 0.5f));
-    q[m] = fminf(fmaxf(v, 0.0f), 3.0f);
+    for (int m = 0; m < E; ++m) code[m] = code_of(divide_by(c[m], scale, inverse), zero);
+  } else {
+#pragma unroll
+    for (int m = 0; m < E; ++m) code[m] = code_of(__fdiv_rn(c[m], scale), zero);
   }
-  auto as_int = [](float v) { return __float_as_uint(__fadd_rn(v, 8388608.0f)) & 0xffu; };
   if constexpr (D == 64) {
     // Byte j < 16 holds elements j, j + 16, j + 32, j + 48: lane j has j and j + 32 (fields 0, 2),
     // lane j + 16 has j + 16 and j + 48 (fields 1, 3).
-    const unsigned half = as_int(__fmaf_rn(q[1], 16.0f, q[0]));
+    const unsigned half = pack_codes(code[0], 0.0f, code[1], 0.0f);
     return half | (__shfl_down_sync(kFullMask, half, 16) << 2);
   } else if constexpr (D == 128) {
     // Byte l holds elements l, l + 32, l + 64, l + 96: all of lane l.
-    return as_int(__fmaf_rn(q[3], 64.0f, __fmaf_rn(q[2], 16.0f, __fmaf_rn(q[1], 4.0f, q[0]))));
+    return pack_codes(code[0], code[1], code[2], code[3]);
   } else {
     // Byte l holds elements l + 64 f (m = 0, 2, 4, 6), byte l + 32 elements l + 32 + 64 f (m odd).
-    const unsigned even =
-        as_int(__fmaf_rn(q[6], 64.0f, __fmaf_rn(q[4], 16.0f, __fmaf_rn(q[2], 4.0f, q[0]))));
-    const unsigned odd =
-        as_int(__fmaf_rn(q[7], 64.0f, __fmaf_rn(q[5], 16.0f, __fmaf_rn(q[3], 4.0f, q[1]))));
-    return even | (odd << 8);
+    return pack_codes(code[0], code[2], code[4], code[6]) |
+           (pack_codes(code[1], code[3], code[5], code[7]) << 8);
   }
 }
 
-// Stores a row's packed bytes (one coalesced byte store per 32 bytes) and its (scale, zero) pair
-// (lanes 0 and 1 in one instruction, 2-byte aligned like the pool).
+// Stores a row: the packed bytes (coalesced byte stores; lane_packed points at the lane's byte) and
+// the (scale, zero) pair (lanes 0 and 1, one store instruction).
 template <int D>
 __device__ __forceinline__ void store_row(unsigned bytes, bf16_bits scale_bits, bf16_bits zero_bits,
-                                          std::uint8_t* packed_out, bf16_bits* scale_zero_out) {
+                                          std::uint8_t* lane_packed, bf16_bits* scale_zero) {
   const int lane = threadIdx.x & 31;
-  if (D != 64 || lane < 16) packed_out[lane] = static_cast<std::uint8_t>(bytes);
-  if (D == 256) packed_out[lane + 32] = static_cast<std::uint8_t>(bytes >> 8);
-  if (lane < 2) scale_zero_out[lane] = lane == 0 ? scale_bits : zero_bits;
+  if (D != 64 || lane < 16) lane_packed[0] = static_cast<std::uint8_t>(bytes);
+  if (D == 256) lane_packed[32] = static_cast<std::uint8_t>(bytes >> 8);
+  if (lane < 2) scale_zero[lane] = lane == 0 ? scale_bits : zero_bits;
 }
 
 // Demotion work: a segment is the page_size rows of one (page pair, KV head, K or V), contiguous in
-// both pools; a task is `chunk` consecutive rows of a segment.
+// both pools; a task is `chunk` consecutive rows of a segment. A launch has fewer than 2^30 rows.
 struct DemoteTask {
-  const bf16_bits* src;
-  std::uint8_t* codes;
-  bf16_bits* scale_zero;
-  float clip;
+  int pair, head, first;  // page pair, KV head, first row of the segment
+  bool is_key;
 };
 
-template <int D>
-__device__ __forceinline__ DemoteTask demote_task(const DemotePagesParams& p, std::int64_t task,
+__device__ __forceinline__ DemoteTask demote_task(const DemotePagesParams& p, int task,
                                                   int tasks_per_segment_log2, int chunk) {
-  const std::int64_t segment = task >> tasks_per_segment_log2;
-  const int first = static_cast<int>(task & ((1 << tasks_per_segment_log2) - 1)) * chunk;
-  const bool is_key = (segment & 1) == 0;
-  const std::int64_t pair_head = segment >> 1;
-  const std::int64_t pair = pair_head / p.num_kv_heads;
-  const int head = static_cast<int>(pair_head - pair * p.num_kv_heads);
-  const std::int64_t src_page = p.page_pairs[2 * pair], dst_page = p.page_pairs[2 * pair + 1];
-  const std::int64_t src_row = (src_page * p.num_kv_heads + head) * p.page_size + first;
-  const std::int64_t dst_row = (dst_page * p.num_kv_heads + head) * p.page_size + first;
-  return {(is_key ? p.k_bf16 : p.v_bf16) + src_row * D,
-          (is_key ? p.k_codes : p.v_codes) + dst_row * (D / 4),
-          (is_key ? p.k_scale_zero : p.v_scale_zero) + dst_row * 2,
-          (is_key ? p.k_clip : p.v_clip)[head]};
+  const int segment = task >> tasks_per_segment_log2;
+  const int pair = (segment >> 1) / p.num_kv_heads;
+  return {pair, (segment >> 1) - pair * p.num_kv_heads,
+          (task & ((1 << tasks_per_segment_log2) - 1)) * chunk, (segment & 1) == 0};
 }
 
+// Lane l's element l of the task's first source row.
 template <int D>
-__device__ __forceinline__ void load_row(const bf16_bits* src, bf16_bits (&raw)[D / 32]) {
-  const int lane = threadIdx.x & 31;
+__device__ __forceinline__ const bf16_bits* task_source(const DemotePagesParams& p,
+                                                        const DemoteTask& t) {
+  const std::int64_t row =
+      (static_cast<std::int64_t>(p.page_pairs[2 * t.pair]) * p.num_kv_heads + t.head) *
+          p.page_size +
+      t.first;
+  return (t.is_key ? p.k_bf16 : p.v_bf16) + row * D + (threadIdx.x & 31);
+}
+
+// The task's first destination row: lane l's byte of its packed codes and its (scale, zero) pair.
+template <int D>
+__device__ __forceinline__ void task_destination(const DemotePagesParams& p, const DemoteTask& t,
+                                                 std::uint8_t*& lane_codes,
+                                                 bf16_bits*& scale_zero) {
+  const std::int64_t row =
+      (static_cast<std::int64_t>(p.page_pairs[2 * t.pair + 1]) * p.num_kv_heads + t.head) *
+          p.page_size +
+      t.first;
+  lane_codes = (t.is_key ? p.k_codes : p.v_codes) + row * (D / 4) + (threadIdx.x & 31);
+  scale_zero = (t.is_key ? p.k_scale_zero : p.v_scale_zero) + row * 2;
+}
+
+// Lane l's elements l + 32 m of a row; read once, so streamed past the caches.
+template <int D>
+__device__ __forceinline__ void load_row(const bf16_bits* lane_src, bf16_bits (&raw)[D / 32]) {
 #pragma unroll
-  for (int m = 0; m < D / 32; ++m) raw[m] = __ldcs(src + lane + 32 * m);  // read once: stream
+  for (int m = 0; m < D / 32; ++m) raw[m] = __ldcs(lane_src + 32 * m);
 }
 
 constexpr int kDemoteWarps = 8;
@@ -246,15 +303,16 @@ constexpr int demote_min_blocks() {
 }  // namespace int2q
 
 // Quantizes one row held by a warp (lane l: elements l + 32 m) into packed_out (D / 4 bytes) and
-// scale_zero_out (bf16 scale, zero). Every x[m] must be a bf16 value (low 16 bits zero; NaN aside).
-// Bit-identical to the generic warp quantizer; needs the whole warp.
+// scale_zero_out (bf16 scale, zero); the whole warp calls it. Every x[m] must be a bf16 value (a
+// float whose low 16 bits are zero). Bit-identical to the generic warp quantizer.
 template <int D>
 __device__ void quantize_row_bf16(const float (&x)[D / 32], float clip_ratio,
                                   std::uint8_t* packed_out, bf16_bits* scale_zero_out) {
   bf16_bits scale_bits, zero_bits;
   const unsigned bytes =
       int2q::quantize_row_codes<D>(x, int2q::clip_position<D>(clip_ratio), scale_bits, zero_bits);
-  int2q::store_row<D>(bytes, scale_bits, zero_bits, packed_out, scale_zero_out);
+  int2q::store_row<D>(bytes, scale_bits, zero_bits, packed_out + (threadIdx.x & 31),
+                      scale_zero_out);
 }
 
 // Demotion: every warp walks tasks (chunks of a segment's rows) with a grid stride and loads the
@@ -265,60 +323,67 @@ template <int D>
 __global__ void __launch_bounds__(int2q::kDemoteWarps * 32, int2q::demote_min_blocks<D>())
     demote_pages_fast_kernel(DemotePagesParams p) {
   constexpr int E = D / 32;
-  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * int2q::kDemoteWarps;
-  const std::int64_t segments = static_cast<std::int64_t>(p.num_pages) * p.num_kv_heads * 2;
+  const int warps = static_cast<int>(gridDim.x) * int2q::kDemoteWarps;
+  const int segments = p.num_pages * p.num_kv_heads * 2;
   int chunk = p.page_size, tasks_per_segment_log2 = 0;
   while (chunk > 1 && (segments << tasks_per_segment_log2) < warps) {
     chunk >>= 1;
     ++tasks_per_segment_log2;
   }
-  const std::int64_t tasks = segments << tasks_per_segment_log2;
-  std::int64_t task = static_cast<std::int64_t>(blockIdx.x) * int2q::kDemoteWarps + (threadIdx.x >> 5);
+  const int tasks = segments << tasks_per_segment_log2;
+  int task =
+      static_cast<int>(blockIdx.x) * int2q::kDemoteWarps + static_cast<int>(threadIdx.x >> 5);
   if (task >= tasks) return;
 
-  int2q::DemoteTask current = int2q::demote_task<D>(p, task, tasks_per_segment_log2, chunk);
-  int k = int2q::clip_position<D>(current.clip);
+  // Per task: the source row to prefetch, the destination and k; a new task's destination and k
+  // are worked out after the row in flight is quantized, to keep registers free.
+  int2q::DemoteTask current = int2q::demote_task(p, task, tasks_per_segment_log2, chunk);
+  const bf16_bits* lane_src = int2q::task_source<D>(p, current);
+  std::uint8_t* lane_codes;
+  bf16_bits* scale_zero;
+  int2q::task_destination<D>(p, current, lane_codes, scale_zero);
+  int k = int2q::clip_position<D>((current.is_key ? p.k_clip : p.v_clip)[current.head]);
   bf16_bits next[E];
-  int2q::load_row<D>(current.src, next);
+  int2q::load_row<D>(lane_src, next);
   for (int row = 0;;) {
     float x[E];
 #pragma unroll
     for (int m = 0; m < E; ++m) x[m] = bf16_to_float(next[m]);
-    // Prefetch the following row: the next of this task or the first of the warp's next task.
-    int2q::DemoteTask following = current;
+    // Prefetch the following row: the next of this task or the first of the warp's next task
+    // (task + warps < 2^31: fewer than 2^30 rows per launch).
     const bool same_task = row + 1 < chunk;
     bool more = true;
     if (same_task) {
-      int2q::load_row<D>(current.src + (row + 1) * D, next);
+      int2q::load_row<D>(lane_src + (row + 1) * D, next);
     } else {
       task += warps;
       more = task < tasks;
       if (more) {
-        following = int2q::demote_task<D>(p, task, tasks_per_segment_log2, chunk);
-        int2q::load_row<D>(following.src, next);
+        current = int2q::demote_task(p, task, tasks_per_segment_log2, chunk);
+        lane_src = int2q::task_source<D>(p, current);
+        int2q::load_row<D>(lane_src, next);
       }
     }
     bf16_bits scale_bits, zero_bits;
     const unsigned bytes = int2q::quantize_row_codes<D>(x, k, scale_bits, zero_bits);
-    int2q::store_row<D>(bytes, scale_bits, zero_bits, current.codes + row * (D / 4),
-                        current.scale_zero + 2 * row);
+    int2q::store_row<D>(bytes, scale_bits, zero_bits, lane_codes + row * (D / 4),
+                        scale_zero + 2 * row);
     if (same_task) {
       ++row;
     } else {
       if (!more) break;
-      current = following;
-      k = int2q::clip_position<D>(current.clip);
+      int2q::task_destination<D>(p, current, lane_codes, scale_zero);
+      k = int2q::clip_position<D>((current.is_key ? p.k_clip : p.v_clip)[current.head]);
       row = 0;
     }
   }
 }
 
 // Launches the demotion of p (already validated by demote_pages): one warp per row at most, up to
-// the blocks that fit on the device at once.
+// the blocks that fit on the device at once, in page ranges of fewer than 2^30 rows (a page of
+// 2 * num_kv_heads * page_size rows is far below that).
 inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
-  const std::int64_t rows =
-      static_cast<std::int64_t>(p.num_pages) * p.num_kv_heads * 2 * p.page_size;
-  if (rows <= 0) return Status::kOk;
+  if (p.num_pages <= 0) return Status::kOk;
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
@@ -326,25 +391,36 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
     cudaGetLastError();
     sms = 132;
   }
-  auto blocks = [&](int min_blocks) {
-    const std::int64_t wanted = (rows + int2q::kDemoteWarps - 1) / int2q::kDemoteWarps;
-    return static_cast<unsigned>(std::min<std::int64_t>(wanted, std::int64_t{sms} * min_blocks));
-  };
+  const std::int64_t rows_per_page = std::int64_t{2} * p.num_kv_heads * p.page_size;
+  const std::int64_t pages_per_launch =
+      std::max<std::int64_t>(1, ((std::int64_t{1} << 30) - 1) / rows_per_page);
   constexpr unsigned kThreads = int2q::kDemoteWarps * 32;
-  switch (p.head_dim) {
-    case 64:
-      demote_pages_fast_kernel<64>
-          <<<blocks(int2q::demote_min_blocks<64>()), kThreads, 0, p.stream>>>(p);
-      break;
-    case 128:
-      demote_pages_fast_kernel<128>
-          <<<blocks(int2q::demote_min_blocks<128>()), kThreads, 0, p.stream>>>(p);
-      break;
-    default:
-      demote_pages_fast_kernel<256>
-          <<<blocks(int2q::demote_min_blocks<256>()), kThreads, 0, p.stream>>>(p);
-      break;
+  for (std::int64_t first = 0; first < p.num_pages; first += pages_per_launch) {
+    DemotePagesParams part = p;
+    part.num_pages =
+        static_cast<int>(std::min<std::int64_t>(pages_per_launch, p.num_pages - first));
+    part.page_pairs = p.page_pairs + 2 * first;
+    const std::int64_t row_warps =
+        (part.num_pages * rows_per_page + int2q::kDemoteWarps - 1) / int2q::kDemoteWarps;
+    auto blocks = [&](int min_blocks) {
+      return static_cast<unsigned>(
+          std::min<std::int64_t>(row_warps, std::int64_t{sms} * min_blocks));
+    };
+    switch (p.head_dim) {
+      case 64:
+        demote_pages_fast_kernel<64>
+            <<<blocks(int2q::demote_min_blocks<64>()), kThreads, 0, p.stream>>>(part);
+        break;
+      case 128:
+        demote_pages_fast_kernel<128>
+            <<<blocks(int2q::demote_min_blocks<128>()), kThreads, 0, p.stream>>>(part);
+        break;
+      default:
+        demote_pages_fast_kernel<256>
+            <<<blocks(int2q::demote_min_blocks<256>()), kThreads, 0, p.stream>>>(part);
+        break;
+    }
+    OSCAR_CUDA_CHECK(cudaGetLastError());
   }
-  OSCAR_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
 }

@@ -148,6 +148,9 @@ GroupQuant quantize_group(const float* x, std::int64_t n, double clip_ratio, Sca
     lo = std::min(lo, clip(x[i]));
     hi = std::max(hi, clip(x[i]));
   }
+  // A zero minimum is made +0: its sign would otherwise depend on the order of the comparisons
+  // (GPU kernels reduce in another order), and it decides the sign bit of the zero point.
+  lo += 0.0f;
   // The zero comes from the stored scale and the codes from both stored values, so that the
   // dequantization grid is exactly the one the codes were chosen on.
   float scale = round_scale((hi - lo) / 3.0f, scale_dtype);
