@@ -61,6 +61,12 @@ struct Buffer {
   }
 };
 
+// Copies a host vector to the start of a device buffer.
+template <typename T>
+void upload(const Buffer& b, const std::vector<T>& host) {
+  check(cudaMemcpy(b.ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "copy");
+}
+
 // Fills a buffer with bf16 values of N(0, 1) (or random bytes): the kernels' speed does not depend
 // on the values, but NaN-free data keeps the softmax honest.
 void fill_bf16(Buffer& b, std::size_t count, std::mt19937& rng) {
@@ -210,9 +216,9 @@ int main(int argc, char** argv) {
         for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
         std::vector<std::int32_t> zeros(batch, 0), lens(batch, context);
         Buffer tab(table.size() * 4), z(batch * 4), l(batch * 4), dummy(64);
-        check(cudaMemcpy(tab.ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "copy");
-        check(cudaMemcpy(z.ptr, zeros.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
-        check(cudaMemcpy(l.ptr, lens.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
+        upload(tab, table);
+        upload(z, zeros);
+        upload(l, lens);
         DecodeParams p = base_params(batch, hq, hkv, d, ps, q.as<bf16_bits>());
         p.k_bf16 = k.as<bf16_bits>();
         p.v_bf16 = v.as<bf16_bits>();
@@ -257,11 +263,11 @@ int main(int argc, char** argv) {
         std::vector<std::int32_t> s(batch, sink_len), in(batch, int2_tokens), r(batch, recent_len);
         Buffer bt(btab.size() * 4), it(itab.size() * 4), sd(batch * 4), id(batch * 4),
             rd(batch * 4);
-        check(cudaMemcpy(bt.ptr, btab.data(), btab.size() * 4, cudaMemcpyHostToDevice), "copy");
-        check(cudaMemcpy(it.ptr, itab.data(), itab.size() * 4, cudaMemcpyHostToDevice), "copy");
-        check(cudaMemcpy(sd.ptr, s.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
-        check(cudaMemcpy(id.ptr, in.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
-        check(cudaMemcpy(rd.ptr, r.data(), batch * 4, cudaMemcpyHostToDevice), "copy");
+        upload(bt, btab);
+        upload(it, itab);
+        upload(sd, s);
+        upload(id, in);
+        upload(rd, r);
         DecodeParams p = base_params(batch, hq, hkv, d, ps, q.as<bf16_bits>());
         p.k_bf16 = k.as<bf16_bits>();
         p.v_bf16 = v.as<bf16_bits>();
@@ -327,8 +333,8 @@ int main(int argc, char** argv) {
     std::vector<float> clips(hkv, 0.96f);
     std::vector<std::int32_t> pp(static_cast<std::size_t>(pages) * 2);
     for (int i = 0; i < pages; ++i) pp[2 * i] = pp[2 * i + 1] = i;
-    check(cudaMemcpy(clip.ptr, clips.data(), hkv * 4, cudaMemcpyHostToDevice), "copy");
-    check(cudaMemcpy(pairs.ptr, pp.data(), pp.size() * 4, cudaMemcpyHostToDevice), "copy");
+    upload(clip, clips);
+    upload(pairs, pp);
     DemotePagesParams p;
     p.num_pages = pages;
     p.num_kv_heads = hkv;
@@ -370,10 +376,9 @@ int main(int argc, char** argv) {
     std::vector<float> clips(hkv, 0.96f);
     std::vector<std::int64_t> slot(tokens);
     for (int i = 0; i < tokens; ++i) slot[i] = i;
-    check(cudaMemcpy(rot.ptr, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice),
-          "copy");
-    check(cudaMemcpy(clip.ptr, clips.data(), hkv * 4, cudaMemcpyHostToDevice), "copy");
-    check(cudaMemcpy(slots.ptr, slot.data(), slot.size() * 8, cudaMemcpyHostToDevice), "copy");
+    upload(rot, identity);
+    upload(clip, clips);
+    upload(slots, slot);
     StoreKvParams p;
     p.num_tokens = tokens;
     p.num_kv_heads = hkv;
