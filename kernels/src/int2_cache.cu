@@ -854,9 +854,10 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     issue_tile<D, P>(p, copy, pages, kvh, tile, int2_len, lane, ring[slot]);
   };
 
-  // Start the pipeline before anything else: NS - 1 tiles in flight.
+  // Start the pipeline before anything else: NS - 2 tiles in flight (two slots are being
+  // computed on: one tile's scores, the previous tile's values).
 #pragma unroll
-  for (int s = 0; s < NS - 1; ++s) {
+  for (int s = 0; s < NS - 2; ++s) {
     if (s < count) issue(tile_begin + s, s);
     cp_async_commit();
   }
@@ -892,45 +893,51 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   for (int mt = 0; mt < KT; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, zero_run[2] = {0.0f, 0.0f};
 
-  // One tile step; last_tag (std::true_type) marks the sequence's last tile when it is partial.
-  auto step = [&](int i, auto last_tag) {
-    cp_async_wait<NS - 2>();  // tile i has landed (for this lane's copies)
-    __syncwarp();             // ... and for every lane's; slot (i - 1) % NS is free again
-    {
-      const int ahead = i + NS - 1;
-      if (ahead < count) issue(tile_begin + ahead, ahead % NS);
-      cp_async_commit();
-    }
+  // The scores of tile i+1 are computed before tile i's softmax and value product, so that their
+  // loads, code expansion and mma chain overlap that work instead of preceding it in one serial
+  // chain per tile: ScoreParts holds S^T = K Q^T (units of 2^-24) of a tile in kChains
+  // accumulators, summed only when the tile's softmax needs them.
+  constexpr int kChains = 2;  // the chain's latency is hidden by the previous tile's work
+  static_assert(KT % kChains == 0, "head_dim 64, 128 or 256");
+  using ScoreParts = float[kChains][4];
+  auto scores = [&](int i, ScoreParts& s_part) {
     const TcTile<D>& tile = ring[i % NS];
-    const int token0 = (tile_begin + i) * kTileTokens;
-
-    // S^T = K Q^T, in units of 2^-24; four accumulators cut the dependent mma chain to d / 64.
-    constexpr int kChains = KT >= 4 ? 4 : KT;
-    float s_part[kChains][4];
 #pragma unroll
     for (int a = 0; a < kChains; ++a)
       s_part[a][0] = s_part[a][1] = s_part[a][2] = s_part[a][3] = 0.0f;
-    float s[4];
-    {
-      std::uint32_t kw0[Map::kKWords], kw1[Map::kKWords];
+    std::uint32_t kw0[Map::kKWords], kw1[Map::kKWords];
 #pragma unroll
-      for (int w = 0; w < Map::kKWords; ++w) {
-        kw0[w] = reinterpret_cast<const std::uint32_t*>(tile.k[gid])[t * Map::kKWords + w];
-        kw1[w] = reinterpret_cast<const std::uint32_t*>(tile.k[gid + 8])[t * Map::kKWords + w];
-      }
-      const KeyBits<D> k0 = key_bits<D>(kw0), k1 = key_bits<D>(kw1);
-#pragma unroll
-      for (int kt = 0; kt < KT; ++kt) {
-        mma_16816(s_part[kt % kChains], key_register<D>(k0, 2 * kt), key_register<D>(k1, 2 * kt),
-                  key_register<D>(k0, 2 * kt + 1), key_register<D>(k1, 2 * kt + 1), qf[2 * kt],
-                  qf[2 * kt + 1]);
-      }
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        s[c] = kChains == 4 ? (s_part[0][c] + s_part[1][c]) + (s_part[2][c] + s_part[3][c])
-                            : s_part[0][c] + s_part[kChains - 1][c];
-      }
+    for (int w = 0; w < Map::kKWords; ++w) {
+      kw0[w] = reinterpret_cast<const std::uint32_t*>(tile.k[gid])[t * Map::kKWords + w];
+      kw1[w] = reinterpret_cast<const std::uint32_t*>(tile.k[gid + 8])[t * Map::kKWords + w];
     }
+    const KeyBits<D> k0 = key_bits<D>(kw0), k1 = key_bits<D>(kw1);
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt) {
+      mma_16816(s_part[kt % kChains], key_register<D>(k0, 2 * kt), key_register<D>(k1, 2 * kt),
+                key_register<D>(k0, 2 * kt + 1), key_register<D>(k1, 2 * kt + 1), qf[2 * kt],
+                qf[2 * kt + 1]);
+    }
+  };
+  // Waits for tile i (every lane's copies: of the NS - 2 + i groups committed so far, tile i's
+  // is group i, so NS - 3 may still be pending), then refills the slot of tile i - 2 (its step
+  // is done) with the tile NS - 2 ahead of i.
+  auto arrive = [&](int i) {
+    cp_async_wait<NS - 3>();
+    __syncwarp();
+    const int ahead = i + NS - 2;
+    if (ahead < count) issue(tile_begin + ahead, ahead % NS);
+    cp_async_commit();
+  };
+
+  // Softmax and value product of tile i from its scores; last_tag (std::true_type) marks the
+  // sequence's last tile when it is partial.
+  auto step = [&](int i, const ScoreParts& s_part, auto last_tag) {
+    const TcTile<D>& tile = ring[i % NS];
+    const int token0 = (tile_begin + i) * kTileTokens;
+    float s[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) s[c] = s_part[0][c] + s_part[1][c];
     // Exponent arguments x = logit - m_run (log2 units) of tokens gid (x[0], x[1]) and gid + 8
     // (x[2], x[3]) for heads 2t, 2t + 1. logit = ks (s 2^24 - kz q_sum) scale log2(e) becomes
     // two fused multiply-adds per entry with the per-row factors below.
@@ -1039,8 +1046,26 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     }
   };
   const bool ends_partial = count > 0 && tile_end == tiles && int2_len % kTileTokens != 0;
-  for (int i = 0; i < count - (ends_partial ? 1 : 0); ++i) step(i, std::false_type{});
-  if (ends_partial) step(count - 1, std::true_type{});
+  if (count > 0) {
+    ScoreParts s_now, s_next;
+    arrive(0);
+    scores(0, s_now);
+    for (int i = 0; i + 1 < count; ++i) {
+      arrive(i + 1);
+      scores(i + 1, s_next);
+      step(i, s_now, std::false_type{});
+#pragma unroll
+      for (int a = 0; a < kChains; ++a) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s_now[a][c] = s_next[a][c];
+      }
+    }
+    if (ends_partial) {
+      step(count - 1, s_now, std::true_type{});
+    } else {
+      step(count - 1, s_now, std::false_type{});
+    }
+  }
   cp_async_wait<0>();
 
   // Per-head sums over the warp's 8 token rows (lanes of equal t).
