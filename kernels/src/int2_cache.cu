@@ -642,6 +642,26 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int sr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),
                "r"(src_bytes));
 }
+// The same with a shared-space destination address plus a constant offset (the conversion from
+// a generic pointer would cost instructions on every copy), optionally predicated.
+// The global address is an integer, so that sources in different pools can be derived from one
+// another by unsigned (wrapping) offsets.
+template <unsigned kOffset = 0>
+__device__ __forceinline__ void cp_async_16_to(unsigned dst, std::uint64_t gmem) {
+  asm volatile("cp.async.cg.shared.global [%0+%2], [%1], 16;" ::"r"(dst), "l"(gmem), "n"(kOffset));
+}
+__device__ __forceinline__ void cp_async_16_to_if(bool copy, unsigned dst, std::uint64_t gmem) {
+  asm volatile(
+      "{\n"
+      "  .reg .pred p;\n"
+      "  setp.ne.b32 p, %2, 0;\n"
+      "  @p cp.async.cg.shared.global [%0], [%1], 16;\n"
+      "}" ::"r"(dst),
+      "l"(gmem), "r"(static_cast<int>(copy)));
+}
+__device__ __forceinline__ unsigned shared_address(const void* ptr) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -663,46 +683,56 @@ __device__ __forceinline__ int2 tile_pages(const std::int32_t* table, int tile, 
 
 // A lane's part of copying a full tile, fixed for the whole kernel: its 16-byte chunks of the
 // key and value rows (the same offsets in both pools) and, for lanes 0-7, one 16-byte chunk of
-// four scale/zero words. A chunk's source is its page's base plus the lane's offset, so a tile
-// costs a multiply-add per page and one cp.async per chunk. P 8: a tile spans two pages, rows
-// 0-7 (chunks in the low half) in the first and rows 8-15 in the second.
+// four scale/zero words. A chunk's source is the lane's address in page 0 plus the page's offset
+// (one widening multiply-add) and its destination the slot's shared address plus a constant, so
+// a full tile costs a few instructions and one cp.async per chunk. P 8: a tile spans two pages,
+// rows 0-7 (chunks in the low half) in the first and rows 8-15 in the second.
 template <int D, int P>
 struct TileCopy {
   static constexpr int kRowBytes = D / 4;
   static constexpr int kChunks = kTileTokens * kRowBytes / 16;  // per pool: 16, 32 or 64
   static constexpr int kPerLane = (kChunks + 31) / 32;
-  static constexpr int kHalf = 8 * kRowBytes;  // bytes of rows 0-7
-  // One page of one pool in bytes of codes and in scale/zero words (at most 64 KiB: 32 bits
+  static constexpr int kHalf = 8 * kRowBytes;                       // bytes of rows 0-7
+  static constexpr unsigned kValueOffset = offsetof(TcTile<D>, v);  // after the key rows
+  // One page of one pool in bytes of codes and of scale/zero words (at most 64 KiB: 32 bits
   // with a widening multiply by the page id).
-  unsigned page_bytes, page_words;
-  unsigned code_offset[kPerLane];  // in the page, kvh's rows included
-  bool code_high[kPerLane];        // from the tile's second page (P 8)
-  unsigned sz_offset;              // words, kvh's rows included
+  unsigned page_bytes, sz_page_bytes;
+  std::uint64_t key_src[kPerLane];  // global address of the lane's key chunk in page 0
+  std::uint64_t value_minus_key;    // from a key chunk to the same value chunk (wrapping)
+  unsigned dst[kPerLane];           // the key chunk's offset in the tile
+  bool code_high[kPerLane];         // from the tile's second page (P 8)
+  std::uint64_t sz_src;             // lanes 0-7: their scale/zero chunk in page 0
+  unsigned sz_dst;
   bool sz_high;
-  const std::uint32_t* sz_pool;
 
   __device__ void init(const DecodeParams& p, int kvh, int lane) {
     page_bytes = static_cast<unsigned>(p.num_kv_heads) * P * kRowBytes;
-    page_words = static_cast<unsigned>(p.num_kv_heads) * P;
+    sz_page_bytes = static_cast<unsigned>(p.num_kv_heads) * P * 4;
+    const auto address = [](const void* ptr) { return reinterpret_cast<std::uint64_t>(ptr); };
+    value_minus_key = address(p.v_codes) - address(p.k_codes);
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int at = (lane + 32 * j) * 16;
       code_high[j] = P == 8 && at >= kHalf;
-      code_offset[j] =
-          static_cast<unsigned>(kvh * P * kRowBytes + (code_high[j] ? at - kHalf : at));
+      key_src[j] = address(p.k_codes) +
+                   static_cast<unsigned>(kvh * P * kRowBytes + (code_high[j] ? at - kHalf : at));
+      dst[j] = static_cast<unsigned>(offsetof(TcTile<D>, k) + at);
     }
     const int row = 4 * (lane & 3);
     sz_high = P == 8 && row >= 8;
-    sz_offset = static_cast<unsigned>(kvh * P + (sz_high ? row - 8 : row));
-    sz_pool = reinterpret_cast<const std::uint32_t*>(lane < 4 ? p.k_scale_zero : p.v_scale_zero);
+    sz_src = address(lane < 4 ? p.k_scale_zero : p.v_scale_zero) +
+             4u * static_cast<unsigned>(kvh * P + (sz_high ? row - 8 : row));
+    sz_dst = static_cast<unsigned>(
+        (lane < 4 ? offsetof(TcTile<D>, ksz) : offsetof(TcTile<D>, vsz)) + 4 * row);
   }
 };
 
-// Issues the cp.async copies of one tile: 16-byte chunks, each inside one row.
+// Issues the cp.async copies of one tile into the slot at shared address slot_at (generic
+// pointer: dst): 16-byte chunks, each inside one row.
 template <int D, int P>
 __device__ __forceinline__ void issue_tile(const DecodeParams& p, const TileCopy<D, P>& copy,
                                            int2 pages, int kvh, int tile, int int2_len, int lane,
-                                           TcTile<D>& dst) {
+                                           unsigned slot_at, TcTile<D>& dst) {
   static_assert(P == 8 || P == 16, "a tile is one page of 16 or two pages of 8 tokens");
   using Copy = TileCopy<D, P>;
   constexpr int kRowBytes = Copy::kRowBytes, kChunks = Copy::kChunks;
@@ -710,24 +740,22 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const TileCopy
   if (token0 + kTileTokens <= int2_len) {  // a full tile: the common case, uniform over the warp
 #pragma unroll
     for (int j = 0; j < Copy::kPerLane; ++j) {
-      if (kChunks >= 32 || lane < kChunks) {
-        const int at = (lane + 32 * j) * 16;
-        const std::uint64_t src = static_cast<std::uint64_t>(static_cast<unsigned>(
-                                      copy.code_high[j] ? pages.y : pages.x)) *
-                                      copy.page_bytes +
-                                  copy.code_offset[j];
-        cp_async_16(&dst.k[0][0] + at, p.k_codes + src, 16);
-        cp_async_16(&dst.v[0][0] + at, p.v_codes + src, 16);
+      const unsigned page = static_cast<unsigned>(copy.code_high[j] ? pages.y : pages.x);
+      const std::uint64_t src =
+          copy.key_src[j] + static_cast<std::uint64_t>(page) * copy.page_bytes;
+      if constexpr (kChunks >= 32) {
+        cp_async_16_to(slot_at + copy.dst[j], src);
+        cp_async_16_to<Copy::kValueOffset>(slot_at + copy.dst[j], src + copy.value_minus_key);
+      } else {
+        cp_async_16_to_if(lane < kChunks, slot_at + copy.dst[j], src);
+        cp_async_16_to_if(lane < kChunks, slot_at + copy.dst[j] + Copy::kValueOffset,
+                          src + copy.value_minus_key);
       }
     }
-    if (lane < 8) {  // scale/zero words: 4 rows per chunk, lanes 0-3 keys, 4-7 values
-      const std::uint64_t word =
-          static_cast<std::uint64_t>(static_cast<unsigned>(copy.sz_high ? pages.y : pages.x)) *
-              copy.page_words +
-          copy.sz_offset;
-      cp_async_16(lane < 4 ? &dst.ksz[4 * (lane & 3)] : &dst.vsz[4 * (lane & 3)],
-                  copy.sz_pool + word, 16);
-    }
+    // Scale/zero words: 4 rows per chunk, lanes 0-3 keys, 4-7 values.
+    const unsigned page = static_cast<unsigned>(copy.sz_high ? pages.y : pages.x);
+    cp_async_16_to_if(lane < 8, slot_at + copy.sz_dst,
+                      copy.sz_src + static_cast<std::uint64_t>(page) * copy.sz_page_bytes);
     return;
   }
   const std::int64_t row_lo = (static_cast<std::int64_t>(pages.x) * hkv + kvh) * P;
@@ -746,7 +774,9 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const TileCopy
     const int j = 4 * (lane & 3);
     const std::int64_t row = j < 8 ? row_lo + j : row_hi + (j - 8);
     const int valid_rows = min(4, max(0, int2_len - (token0 + j)));
-    cp_async_16(lane < 4 ? &dst.ksz[j] : &dst.vsz[j], copy.sz_pool + (valid_rows > 0 ? row : 0),
+    const auto* pool =
+        reinterpret_cast<const std::uint32_t*>(lane < 4 ? p.k_scale_zero : p.v_scale_zero);
+    cp_async_16(lane < 4 ? &dst.ksz[j] : &dst.vsz[j], pool + (valid_rows > 0 ? row : 0),
                 4 * valid_rows);
   }
 }
@@ -846,12 +876,14 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
 
   TileCopy<D, P> copy;
   copy.init(p, kvh, lane);
+  const unsigned ring_at = shared_address(ring);
   PageIds<P> page_ids;
   page_ids.init(table, tile_begin, tile_end, int2_len, lane);
   // Issues tile `tile` into ring slot `slot`.
   auto issue = [&](int tile, int slot) {
     const int2 pages = page_ids.of(tile, table, tile_end, int2_len, lane);
-    issue_tile<D, P>(p, copy, pages, kvh, tile, int2_len, lane, ring[slot]);
+    issue_tile<D, P>(p, copy, pages, kvh, tile, int2_len, lane,
+                     ring_at + slot * static_cast<unsigned>(sizeof(TcTile<D>)), ring[slot]);
   };
 
   // Start the pipeline before anything else: NS - 2 tiles in flight (two slots are being
