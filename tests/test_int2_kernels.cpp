@@ -100,89 +100,102 @@ class Int2Store : public ::testing::TestWithParam<Shape> {};
 TEST_P(Int2Store, DemotionIsBitExact) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const auto [d, ps] = GetParam();
-  const int heads = 3, pages = 5;
-  std::mt19937 rng(static_cast<unsigned>(d * 31 + ps));
-  auto k = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
-  auto v = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
-  // Rows that stress the exact clip threshold and the divisions (all values exact in bf16):
-  // zeros, signed zeros, a constant row, ties, subnormals, huge values, a single spike.
-  auto special = [d](std::vector<float>& x, std::size_t row, int kind) {
-    for (int e = 0; e < d; ++e) {
-      float& y = x[row * d + e];
-      switch (kind) {
-        case 0:
-          y = 0.0f;
-          break;
-        case 1:
-          y = e % 2 ? -0.0f : 0.0f;
-          break;
-        case 2:
-          y = 0.5f;
-          break;
-        case 3:
-          y = static_cast<float>(e % 3) - 1.0f;
-          break;
-        case 4:
-          y = std::ldexp(static_cast<float>(e % 5) - 2.0f, -130);
-          break;
-        case 5:
-          y = std::ldexp(static_cast<float>(e % 7) - 3.0f, 100);
-          break;
-        default:
-          y = e == 5 ? 64.0f : (e % 2 ? -0.25f : 0.25f);
-          break;
+  const int heads = 3;
+  // 5 pages: fewer rows than warps, so each warp quantizes single rows; 1200 pages: whole pages
+  // per warp, the batched path.
+  for (const int pages : {5, 1200}) {
+    SCOPED_TRACE(::testing::Message() << pages << " pages");
+    std::mt19937 rng(static_cast<unsigned>(d * 31 + ps + pages));
+    auto k = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
+    auto v = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
+    // Rows that stress the exact clip threshold and the divisions (all values exact in bf16):
+    // zeros, signed zeros, a constant row, ties, subnormals, huge values, a single spike.
+    auto special = [d](std::vector<float>& x, std::size_t row, int kind) {
+      for (int e = 0; e < d; ++e) {
+        float& y = x[row * d + e];
+        switch (kind) {
+          case 0:
+            y = 0.0f;
+            break;
+          case 1:
+            y = e % 2 ? -0.0f : 0.0f;
+            break;
+          case 2:
+            y = 0.5f;
+            break;
+          case 3:
+            y = static_cast<float>(e % 3) - 1.0f;
+            break;
+          case 4:
+            y = std::ldexp(static_cast<float>(e % 5) - 2.0f, -130);
+            break;
+          case 5:
+            y = std::ldexp(static_cast<float>(e % 7) - 3.0f, 100);
+            break;
+          default:
+            y = e == 5 ? 64.0f : (e % 2 ? -0.25f : 0.25f);
+            break;
+        }
+      }
+    };
+    const std::size_t total_rows = static_cast<std::size_t>(pages) * heads * ps;
+    for (std::size_t base = 0; base < total_rows; base += 997) {  // spread over pages and batches
+      for (int kind = 0; kind < 7; ++kind) {
+        if (base + kind * 5 + 1 >= total_rows) break;
+        special(k, base + static_cast<std::size_t>(kind) * 3, kind);
+        special(v, base + static_cast<std::size_t>(kind) * 5 + 1, kind);
       }
     }
-  };
-  for (int kind = 0; kind < 7; ++kind) {
-    special(k, static_cast<std::size_t>(kind) * 3, kind);
-    special(v, static_cast<std::size_t>(kind) * 5 + 1, kind);
-  }
-  const std::vector<float> k_clip = {0.96f, 1.0f, 0.8f}, v_clip = {0.92f, 0.5f, 1.0f};
-  // Source bf16 pages 0..4 go to INT2 pages in a scrambled order.
-  const std::vector<std::int32_t> pairs = {0, 3, 1, 0, 2, 4, 3, 1, 4, 2};
-  DeviceBuffer<std::uint16_t> kb(to_bits(k)), vb(to_bits(v));
-  DeviceBuffer<float> kc(k_clip), vc(v_clip);
-  DeviceBuffer<std::int32_t> pp(pairs);
-  const std::size_t rows = static_cast<std::size_t>(pages) * heads * ps;
-  DeviceBuffer<std::uint8_t> kcodes(rows * d / 4), vcodes(rows * d / 4);
-  DeviceBuffer<std::uint16_t> ksz(rows * 2), vsz(rows * 2);
-  DemotePagesParams p;
-  p.num_pages = pages;
-  p.num_kv_heads = heads;
-  p.head_dim = d;
-  p.page_size = ps;
-  p.page_pairs = pp.ptr;
-  p.k_bf16 = kb.ptr;
-  p.v_bf16 = vb.ptr;
-  p.k_clip = kc.ptr;
-  p.v_clip = vc.ptr;
-  p.k_codes = kcodes.ptr;
-  p.v_codes = vcodes.ptr;
-  p.k_scale_zero = ksz.ptr;
-  p.v_scale_zero = vsz.ptr;
-  ASSERT_EQ(demote_pages(p), Status::kOk) << last_error_message();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto got_kc = kcodes.download(), got_vc = vcodes.download();
-  const auto got_ksz = ksz.download(), got_vsz = vsz.download();
-  std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
-  std::uint16_t sz[2];
-  for (int i = 0; i < pages; ++i) {
-    const int src = pairs[2 * i], dst = pairs[2 * i + 1];
-    for (int h = 0; h < heads; ++h) {
-      for (int t = 0; t < ps; ++t) {
-        const std::size_t src_row = (static_cast<std::size_t>(src) * heads + h) * ps + t;
-        const std::size_t dst_row = (static_cast<std::size_t>(dst) * heads + h) * ps + t;
-        for (int kv = 0; kv < 2; ++kv) {
-          const auto& x = kv == 0 ? k : v;
-          ref::quantize_cache_row(&x[src_row * d], d, (kv == 0 ? k_clip : v_clip)[h], packed.data(),
-                                  sz);
-          const auto& codes = kv == 0 ? got_kc : got_vc;
-          const auto& scale_zero = kv == 0 ? got_ksz : got_vsz;
-          ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + dst_row * d / 4))
-              << (kv == 0 ? "K" : "V") << " page " << src << " head " << h << " row " << t;
-          ASSERT_EQ(scale_zero[dst_row * 2], sz[0]);
-          ASSERT_EQ(scale_zero[dst_row * 2 + 1], sz[1]);
+    const std::vector<float> k_clip = {0.96f, 1.0f, 0.8f}, v_clip = {0.92f, 0.5f, 1.0f};
+    // Source bf16 pages go to INT2 pages in a scrambled order (7 is prime to both page counts).
+    std::vector<std::int32_t> pairs;
+    for (int i = 0; i < pages; ++i) {
+      pairs.push_back(i);
+      pairs.push_back((7 * i + 3) % pages);
+    }
+    DeviceBuffer<std::uint16_t> kb(to_bits(k)), vb(to_bits(v));
+    DeviceBuffer<float> kc(k_clip), vc(v_clip);
+    DeviceBuffer<std::int32_t> pp(pairs);
+    const std::size_t rows = static_cast<std::size_t>(pages) * heads * ps;
+    DeviceBuffer<std::uint8_t> kcodes(rows * d / 4), vcodes(rows * d / 4);
+    DeviceBuffer<std::uint16_t> ksz(rows * 2), vsz(rows * 2);
+    DemotePagesParams p;
+    p.num_pages = pages;
+    p.num_kv_heads = heads;
+    p.head_dim = d;
+    p.page_size = ps;
+    p.page_pairs = pp.ptr;
+    p.k_bf16 = kb.ptr;
+    p.v_bf16 = vb.ptr;
+    p.k_clip = kc.ptr;
+    p.v_clip = vc.ptr;
+    p.k_codes = kcodes.ptr;
+    p.v_codes = vcodes.ptr;
+    p.k_scale_zero = ksz.ptr;
+    p.v_scale_zero = vsz.ptr;
+    ASSERT_EQ(demote_pages(p), Status::kOk) << last_error_message();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got_kc = kcodes.download(), got_vc = vcodes.download();
+    const auto got_ksz = ksz.download(), got_vsz = vsz.download();
+    std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
+    std::uint16_t sz[2];
+    for (int i = 0; i < pages; ++i) {
+      const int src = pairs[2 * i], dst = pairs[2 * i + 1];
+      for (int h = 0; h < heads; ++h) {
+        for (int t = 0; t < ps; ++t) {
+          const std::size_t src_row = (static_cast<std::size_t>(src) * heads + h) * ps + t;
+          const std::size_t dst_row = (static_cast<std::size_t>(dst) * heads + h) * ps + t;
+          for (int kv = 0; kv < 2; ++kv) {
+            const auto& x = kv == 0 ? k : v;
+            ref::quantize_cache_row(&x[src_row * d], d, (kv == 0 ? k_clip : v_clip)[h],
+                                    packed.data(), sz);
+            const auto& codes = kv == 0 ? got_kc : got_vc;
+            const auto& scale_zero = kv == 0 ? got_ksz : got_vsz;
+            ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + dst_row * d / 4))
+                << (kv == 0 ? "K" : "V") << " page " << src << " head " << h << " row " << t;
+            ASSERT_EQ(scale_zero[dst_row * 2], sz[0]);
+            ASSERT_EQ(scale_zero[dst_row * 2 + 1], sz[1]);
+          }
         }
       }
     }

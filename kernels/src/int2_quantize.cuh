@@ -1,6 +1,7 @@
 // Fast INT2 quantization of BF16 rows, bit-identical to the plain warp quantizer, and the demotion
 // kernel built on it. Included by int2_cache.cu inside its anonymous namespace, after
-// bf16_to_float, float_to_bf16, round_bf16 and kFullMask; it includes nothing itself.
+// bf16_to_float, float_to_bf16, round_bf16 and kFullMask; it includes only int2_thresholds.h
+// (which includes nothing).
 //
 // Clip threshold: the magnitude at ascending position k. Inputs are bf16 values, so magnitudes
 // order like their 15-bit keys (bits 30..16) and the threshold is the order statistic of the keys,
@@ -13,6 +14,8 @@
 // operation, with round-to-nearest intrinsics so that nothing is contracted into a fused
 // multiply-add. Divisions by 3 and by the stored scale go through a reciprocal and one exact
 // remainder correction where that is proven to give the same bits (see divide_by).
+
+#include "int2_thresholds.h"  // NOLINT(build/include)
 
 namespace int2q {
 
@@ -80,22 +83,49 @@ __device__ __forceinline__ unsigned magnitude_key(float v) {
 // The r-th largest (0-based) key of the warp's values, 0 <= r < 32 E. Each lane sorts its keys,
 // tagged with its lane number (key << 5 | lane), so that all tagged keys are distinct and order
 // like the keys. Each of r rounds takes the warp maximum and pops it from the one lane whose head
-// it is; the maximum of what is left is then the r-th largest.
+// it is; the maximum of what is left is then the r-th largest. The rounds are unrolled and entered
+// at round kTopRounds - 1 - r (a switch falling through), so that no round pays for a loop test.
 template <int E>
 __device__ __forceinline__ unsigned select_top(const float (&x)[E], int r) {
+  static_assert(kTopRounds == 18, "the switch below has kTopRounds - 1 cases");
   const int lane = static_cast<int>(threadIdx.x & 31);
   int s[E];
 #pragma unroll
   for (int m = 0; m < E; ++m) s[m] = static_cast<int>(magnitude_key<5>(x[m])) | lane;
   sort_descending(s);
-#pragma unroll 1
-  for (int round = 0; round < r; ++round) {
+  const auto pop = [&s]() {
     if (s[0] == warp_max(s[0])) {
 #pragma unroll
       for (int m = 0; m + 1 < E; ++m) s[m] = s[m + 1];
       s[E - 1] = -1;  // below every tagged key: an exhausted lane never holds the maximum
     }
+  };
+#define INT2Q_POP_CASE(n) \
+  case n:                 \
+    pop();                \
+    [[fallthrough]]
+  switch (r) {
+    INT2Q_POP_CASE(17);
+    INT2Q_POP_CASE(16);
+    INT2Q_POP_CASE(15);
+    INT2Q_POP_CASE(14);
+    INT2Q_POP_CASE(13);
+    INT2Q_POP_CASE(12);
+    INT2Q_POP_CASE(11);
+    INT2Q_POP_CASE(10);
+    INT2Q_POP_CASE(9);
+    INT2Q_POP_CASE(8);
+    INT2Q_POP_CASE(7);
+    INT2Q_POP_CASE(6);
+    INT2Q_POP_CASE(5);
+    INT2Q_POP_CASE(4);
+    INT2Q_POP_CASE(3);
+    INT2Q_POP_CASE(2);
+    INT2Q_POP_CASE(1);
+    default:
+      break;
   }
+#undef INT2Q_POP_CASE
   return static_cast<unsigned>(warp_max(s[0])) >> 5;
 }
 
@@ -379,6 +409,234 @@ __global__ void __launch_bounds__(int2q::kDemoteWarps * 32, int2q::demote_min_bl
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Batched demotion by thresholds. A warp takes B consecutive rows of a task at a time:
+//   1. per row, the warp-wide work: clip threshold, raw minimum and maximum (NaN-propagating, so a
+//      NaN anywhere shows in the maximum);
+//   2. per batch, the row scalars, with the L = 32 / B lanes of row i (lanes i L ..) each working
+//      out one threshold (int2t::row_scalars, row_threshold): scalar work once per row, not once
+//      per lane;
+//   3. per row, three packed bf16 comparisons per pair of elements give the codes.
+// A row the thresholds cannot serve (NaN, a scale outside divide_by's domain, an undecided
+// threshold) is quantized by quantize_row_codes from a fresh load, as in demote_pages_fast_kernel.
+// Lane l holds the 32-bit words at elements 2 l + 64 m (m < D / 64): bf16 pairs (2 l + 64 m,
+// 2 l + 64 m + 1). In the packed row, element e is field e / (D / 4) of byte e % (D / 4), so lane l
+// fills fields of bytes 2 l' and 2 l' + 1 (l' = l % (D / 8)) and lanes l ^ (D / 8) .. complete
+// them.
+
+namespace int2q {
+
+template <int D>
+__host__ __device__ constexpr int demote_batch() {
+  return D == 256 ? 4 : 8;
+}
+template <int D>
+constexpr int demote_batched_min_blocks() {
+  return 4;  // 64 registers per thread: a batch of rows lives in registers
+}
+
+// Signed integers ordered like the floats they come from (-0 just below +0; NaNs beyond the
+// infinities), and back.
+__device__ __forceinline__ int float_order(float v) {
+  const int s = __float_as_int(v);
+  return s ^ ((s >> 31) & 0x7fffffff);
+}
+__device__ __forceinline__ float order_float(int k) {
+  return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));
+}
+
+__device__ __forceinline__ float min_nan(float a, float b) {
+  float d;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+__device__ __forceinline__ int warp_min(int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_min_sync(kFullMask, v);
+#else
+  for (int off = 16; off > 0; off >>= 1) v = min(v, __shfl_xor_sync(kFullMask, v, off));
+  return v;
+#endif
+}
+
+// 0xffff in each half of w whose bf16 value is >= the one in the same half of t.
+__device__ __forceinline__ unsigned ge_mask(unsigned w, unsigned t) {
+  return __hge2_mask(*reinterpret_cast<const __nv_bfloat162*>(&w),
+                     *reinterpret_cast<const __nv_bfloat162*>(&t));
+}
+
+// The field (0..3) that lane `lane`'s word m fills in its bytes.
+template <int D>
+__device__ __forceinline__ int word_field(int lane, int m) {
+  if constexpr (D == 256) {
+    return m;
+  } else if constexpr (D == 128) {
+    return 2 * m + (lane >> 4);
+  } else {
+    return lane >> 3;
+  }
+}
+
+// A row quantized by the per-element quantizer from a fresh load (lane l: elements l + 32 m): the
+// batched kernel's rare path.
+template <int D>
+__device__ __forceinline__ void demote_row_exact(const bf16_bits* row, int k, std::uint8_t* codes,
+                                                 bf16_bits* scale_zero) {
+  constexpr int E = D / 32;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  bf16_bits raw[E];
+  load_row<D>(row + lane, raw);
+  float x[E];
+#pragma unroll
+  for (int m = 0; m < E; ++m) x[m] = bf16_to_float(raw[m]);
+  bf16_bits scale_bits, zero_bits;
+  const unsigned bytes = quantize_row_codes<D>(x, k, scale_bits, zero_bits);
+  store_row<D>(bytes, scale_bits, zero_bits, codes + lane, scale_zero);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D>())
+    demote_pages_batched_kernel(DemotePagesParams p) {
+  constexpr int E = D / 32, W = D / 64, B = demote_batch<D>(), L = 32 / B;
+  constexpr unsigned kRowLanes = (1u << L) - 1u;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int my_row = lane / L;                // the batch row whose scalars this lane finds
+  const int my_level = min(lane % L + 1, 3);  // and the threshold (lanes past 3 repeat 3)
+  // Bit masks placing a word's two codes: bit 0 of the low element's code at bit 2 f, of the
+  // high element's at bit 24 + 2 f (folded to 8 + 2 f at the end).
+  unsigned field_bit0[W];
+#pragma unroll
+  for (int m = 0; m < W; ++m) field_bit0[m] = 0x01000001u << (2 * word_field<D>(lane, m));
+
+  const int warps = static_cast<int>(gridDim.x) * kDemoteWarps;
+  const int segments = p.num_pages * p.num_kv_heads * 2;
+  int chunk = p.page_size, tasks_per_segment_log2 = 0;
+  while (chunk > 1 && (segments << tasks_per_segment_log2) < warps) {
+    chunk >>= 1;
+    ++tasks_per_segment_log2;
+  }
+  const int tasks = segments << tasks_per_segment_log2;
+  for (int task = static_cast<int>(blockIdx.x) * kDemoteWarps + static_cast<int>(threadIdx.x >> 5);
+       task < tasks; task += warps) {
+    const DemoteTask current = demote_task(p, task, tasks_per_segment_log2, chunk);
+    const bf16_bits* task_src = task_source<D>(p, current) - lane;  // row 0, element 0
+    std::uint8_t* task_codes;
+    bf16_bits* task_scale_zero;
+    task_destination<D>(p, current, task_codes, task_scale_zero);
+    task_codes -= lane;
+    const int k = clip_position<D>((current.is_key ? p.k_clip : p.v_clip)[current.head]);
+    if (k >= 0 && D - 1 - k >= kTopRounds) {  // clip ratios far below 1: the radix selection
+      for (int row = 0; row < chunk; ++row) {
+        demote_row_exact<D>(task_src + static_cast<std::int64_t>(row) * D, k,
+                            task_codes + static_cast<std::int64_t>(row) * (D / 4),
+                            task_scale_zero + 2 * row);
+      }
+      continue;
+    }
+    for (int first = 0; first < chunk; first += B) {
+      const int count = min(B, chunk - first);
+      const bf16_bits* batch_src = task_src + static_cast<std::int64_t>(first) * D;
+      unsigned w[B][W];
+#pragma unroll
+      for (int i = 0; i < B; ++i) {
+        if (i < count) {
+          const unsigned* row = reinterpret_cast<const unsigned*>(batch_src + i * D) + lane;
+#pragma unroll
+          for (int m = 0; m < W; ++m) w[i][m] = __ldcs(row + 32 * m);
+        }
+      }
+      // 1. Per row: threshold and raw range, kept by the lanes of the row.
+      float my_t = 0.0f, my_min = 0.0f, my_max = 0.0f;
+#pragma unroll
+      for (int i = 0; i < B; ++i) {
+        if (i < count) {
+          float x[E];
+#pragma unroll
+          for (int m = 0; m < W; ++m) {
+            x[2 * m] = __uint_as_float(w[i][m] << 16);
+            x[2 * m + 1] = __uint_as_float(w[i][m] & 0xffff0000u);
+          }
+          unsigned threshold = 0;
+          if (k >= 0) {
+            threshold = select_top(x, D - 1 - k) << 16;
+          }
+          float lane_min = x[0], lane_max = x[0];
+#pragma unroll
+          for (int m = 1; m < E; ++m) {
+            lane_min = min_nan(lane_min, x[m]);
+            lane_max = max_nan(lane_max, x[m]);
+          }
+          const float row_min = order_float(warp_min(float_order(lane_min)));
+          const float row_max = order_float(warp_max(float_order(lane_max)));
+          if (my_row == i) {
+            my_t = __uint_as_float(threshold);
+            my_min = row_min;
+            my_max = row_max;
+          }
+        }
+      }
+      // 2. Per batch: scalars and thresholds of row my_row.
+      const int2t::RowScalars rs = int2t::row_scalars(my_min, my_max, my_t);
+      bool decided = false;
+      unsigned short level_bits = int2t::kNoElement;
+      if (rs.reciprocal && !int2t::is_nan(my_max)) {
+        level_bits = int2t::row_threshold(rs, my_level, &decided);
+      }
+      const unsigned undecided = __ballot_sync(kFullMask, !decided);
+      const unsigned level_pair = level_bits * 0x10001u;
+      if (lane % L == 0 && my_row < count && ((undecided >> (my_row * L)) & kRowLanes) == 0) {
+        bf16_bits* sz = task_scale_zero + 2 * (first + my_row);
+        sz[0] = float_to_bf16(rs.scale);
+        sz[1] = float_to_bf16(rs.zero);
+      }
+      // 3. Per row: codes.
+#pragma unroll
+      for (int i = 0; i < B; ++i) {
+        if (i >= count) break;
+        std::uint8_t* row_codes = task_codes + static_cast<std::int64_t>(first + i) * (D / 4);
+        if (((undecided >> (i * L)) & kRowLanes) != 0) continue;  // below
+        const unsigned t1 = __shfl_sync(kFullMask, level_pair, i * L);
+        const unsigned t2 = __shfl_sync(kFullMask, level_pair, i * L + 1);
+        const unsigned t3 = __shfl_sync(kFullMask, level_pair, i * L + 2);
+        unsigned fields = 0;
+#pragma unroll
+        for (int m = 0; m < W; ++m) {
+          const unsigned g1 = ge_mask(w[i][m], t1), g2 = ge_mask(w[i][m], t2);
+          const unsigned g3 = ge_mask(w[i][m], t3);
+          // code = g1 + g2 + g3 (each 0 or 1, g1 >= g2 >= g3): bit 1 is g2, bit 0 g1 ^ g2 ^ g3.
+          fields |= ((g1 ^ g2 ^ g3) & field_bit0[m]) | (g2 & (field_bit0[m] << 1));
+        }
+        unsigned pair = __byte_perm(fields, 0, 0x4430);  // bytes 0 and 3: the lane's two bytes
+        if constexpr (D == 64) {
+          pair |= __shfl_xor_sync(kFullMask, pair, 8);
+          pair |= __shfl_xor_sync(kFullMask, pair, 16);
+        } else if constexpr (D == 128) {
+          pair |= __shfl_xor_sync(kFullMask, pair, 16);
+        }
+        if (lane < D / 8) {
+          reinterpret_cast<unsigned short*>(row_codes)[lane] = static_cast<unsigned short>(pair);
+        }
+      }
+      // Rows the thresholds cannot serve (rare; kept out of the unrolled loop above).
+      for (int i = 0; i < count && undecided != 0; ++i) {
+        if (((undecided >> (i * L)) & kRowLanes) != 0) {
+          demote_row_exact<D>(batch_src + i * D, k,
+                              task_codes + static_cast<std::int64_t>(first + i) * (D / 4),
+                              task_scale_zero + 2 * (first + i));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace int2q
+
 // Launches the demotion of p (already validated by demote_pages): one warp per row at most, up to
 // the blocks that fit on the device at once, in page ranges of fewer than 2^30 rows (a page of
 // 2 * num_kv_heads * page_size rows is far below that).
@@ -395,6 +653,12 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
   const std::int64_t pages_per_launch =
       std::max<std::int64_t>(1, ((std::int64_t{1} << 30) - 1) / rows_per_page);
   constexpr unsigned kThreads = int2q::kDemoteWarps * 32;
+  // The batched kernel reads bf16 pairs as 32-bit words and writes code bytes in pairs.
+  const auto aligned = [](const void* ptr, std::uintptr_t to) {
+    return reinterpret_cast<std::uintptr_t>(ptr) % to == 0;
+  };
+  const bool batched = aligned(p.k_bf16, 4) && aligned(p.v_bf16, 4) && aligned(p.k_codes, 2) &&
+                       aligned(p.v_codes, 2);
   for (std::int64_t first = 0; first < p.num_pages; first += pages_per_launch) {
     DemotePagesParams part = p;
     part.num_pages =
@@ -406,19 +670,36 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
       return static_cast<unsigned>(
           std::min<std::int64_t>(row_warps, std::int64_t{sms} * min_blocks));
     };
-    switch (p.head_dim) {
-      case 64:
-        demote_pages_fast_kernel<64>
-            <<<blocks(int2q::demote_min_blocks<64>()), kThreads, 0, p.stream>>>(part);
-        break;
-      case 128:
-        demote_pages_fast_kernel<128>
-            <<<blocks(int2q::demote_min_blocks<128>()), kThreads, 0, p.stream>>>(part);
-        break;
-      default:
-        demote_pages_fast_kernel<256>
-            <<<blocks(int2q::demote_min_blocks<256>()), kThreads, 0, p.stream>>>(part);
-        break;
+    if (batched) {
+      switch (p.head_dim) {
+        case 64:
+          int2q::demote_pages_batched_kernel<64>
+              <<<blocks(int2q::demote_batched_min_blocks<64>()), kThreads, 0, p.stream>>>(part);
+          break;
+        case 128:
+          int2q::demote_pages_batched_kernel<128>
+              <<<blocks(int2q::demote_batched_min_blocks<128>()), kThreads, 0, p.stream>>>(part);
+          break;
+        default:
+          int2q::demote_pages_batched_kernel<256>
+              <<<blocks(int2q::demote_batched_min_blocks<256>()), kThreads, 0, p.stream>>>(part);
+          break;
+      }
+    } else {
+      switch (p.head_dim) {
+        case 64:
+          demote_pages_fast_kernel<64>
+              <<<blocks(int2q::demote_min_blocks<64>()), kThreads, 0, p.stream>>>(part);
+          break;
+        case 128:
+          demote_pages_fast_kernel<128>
+              <<<blocks(int2q::demote_min_blocks<128>()), kThreads, 0, p.stream>>>(part);
+          break;
+        default:
+          demote_pages_fast_kernel<256>
+              <<<blocks(int2q::demote_min_blocks<256>()), kThreads, 0, p.stream>>>(part);
+          break;
+      }
     }
     OSCAR_CUDA_CHECK(cudaGetLastError());
   }
