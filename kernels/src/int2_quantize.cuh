@@ -456,6 +456,71 @@ __device__ __forceinline__ float max_nan(float a, float b) {
   return d;
 }
 
+// Tagged magnitude keys of a word's two bf16 values (three instructions for both, no shifts): the
+// 15 magnitude bits at bits 30..16 and the lane number below them, so that all tagged keys of a
+// warp are distinct, non-negative and order like the magnitudes; the key's float bits are then the
+// tagged key with the low half cleared.
+__device__ __forceinline__ void tagged_keys(unsigned word, unsigned lane, int& low, int& high) {
+  low = static_cast<int>(__byte_perm(word & 0x7fffu, lane, 0x1054));
+  high = static_cast<int>((word & 0x7fff0000u) | lane);
+}
+
+// One pop round of select_top_rows: the lane whose head is the warp maximum drops it.
+template <int E>
+__device__ __forceinline__ void pop_warp_max(int (&s)[E]) {
+  if (s[0] == warp_max(s[0])) {
+#pragma unroll
+    for (int m = 0; m + 1 < E; ++m) s[m] = s[m + 1];
+    s[E - 1] = -1;  // below every tagged key: an exhausted lane never holds the maximum
+  }
+}
+
+// select_top for N rows at once, given as bf16 pairs (lane l: word m of row i is rows[i][m]),
+// returning the thresholds' float bits (key << 16). With N = 2 the rows' pop rounds are independent
+// chains of warp reductions, interleaved so that one's latency hides the other's.
+template <int N, int W>
+__device__ __forceinline__ void select_top_rows(const unsigned (*rows)[W], int r,
+                                                unsigned (&threshold)[N]) {
+  static_assert(kTopRounds == 18, "the switch below has kTopRounds - 1 cases");
+  constexpr int E = 2 * W;
+  const unsigned lane = threadIdx.x & 31;
+  int s[N][E];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int m = 0; m < W; ++m) tagged_keys(rows[i][m], lane, s[i][2 * m], s[i][2 * m + 1]);
+    sort_descending(s[i]);
+  }
+#define INT2Q_POP_ROWS_CASE(n)                      \
+  case n:                                           \
+    for (int i = 0; i < N; ++i) pop_warp_max(s[i]); \
+    [[fallthrough]]
+  switch (r) {
+    INT2Q_POP_ROWS_CASE(17);
+    INT2Q_POP_ROWS_CASE(16);
+    INT2Q_POP_ROWS_CASE(15);
+    INT2Q_POP_ROWS_CASE(14);
+    INT2Q_POP_ROWS_CASE(13);
+    INT2Q_POP_ROWS_CASE(12);
+    INT2Q_POP_ROWS_CASE(11);
+    INT2Q_POP_ROWS_CASE(10);
+    INT2Q_POP_ROWS_CASE(9);
+    INT2Q_POP_ROWS_CASE(8);
+    INT2Q_POP_ROWS_CASE(7);
+    INT2Q_POP_ROWS_CASE(6);
+    INT2Q_POP_ROWS_CASE(5);
+    INT2Q_POP_ROWS_CASE(4);
+    INT2Q_POP_ROWS_CASE(3);
+    INT2Q_POP_ROWS_CASE(2);
+    INT2Q_POP_ROWS_CASE(1);
+    default:
+      break;
+  }
+#undef INT2Q_POP_ROWS_CASE
+#pragma unroll
+  for (int i = 0; i < N; ++i) threshold[i] = static_cast<unsigned>(warp_max(s[i][0])) & 0xffff0000u;
+}
+
 __device__ __forceinline__ int warp_min(int v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   return __reduce_min_sync(kFullMask, v);
@@ -505,6 +570,14 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
     demote_pages_batched_kernel(DemotePagesParams p) {
   constexpr int E = D / 32, W = D / 64, B = demote_batch<D>(), L = 32 / B;
   constexpr unsigned kRowLanes = (1u << L) - 1u;
+  // Rows whose clip thresholds are selected together: pairs, unless registers run short (D = 256;
+  // D = 128 before sm_90, where pairs spill).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  constexpr int G = D == 64 ? 2 : 1;
+#else
+  constexpr int G = D == 256 ? 1 : 2;
+#endif
+  static_assert(B % G == 0, "step 1 takes whole groups of rows");
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int my_row = lane / L;                // the batch row whose scalars this lane finds
   const int my_level = min(lane % L + 1, 3);  // and the threshold (lanes past 3 repeat 3)
@@ -545,43 +618,46 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
       unsigned w[B][W];
 #pragma unroll
       for (int i = 0; i < B; ++i) {
-        if (i < count) {
-          const unsigned* row = reinterpret_cast<const unsigned*>(batch_src + i * D) + lane;
+        const unsigned* row = reinterpret_cast<const unsigned*>(batch_src + i * D) + lane;
 #pragma unroll
-          for (int m = 0; m < W; ++m) w[i][m] = __ldcs(row + 32 * m);
-        }
+        for (int m = 0; m < W; ++m) w[i][m] = i < count ? __ldcs(row + 32 * m) : 0u;
       }
-      // 1. Per row: threshold and raw range, kept by the lanes of the row.
-      float my_t = 0.0f, my_min = 0.0f, my_max = 0.0f;
+      // 1. Per row: threshold and raw range, kept by the lanes of the row. Rows go in groups of
+      // G (a row past count is zeros, and its results are never used); the range stays in
+      // float_order form until the loop is done (one conversion per batch, not per row).
+      float my_t = 0.0f;
+      int my_min_order = 0, my_max_order = 0;
 #pragma unroll
-      for (int i = 0; i < B; ++i) {
+      for (int i = 0; i < B; i += G) {
         if (i < count) {
-          float x[E];
+          unsigned threshold[G] = {};
+          if (k >= 0) select_top_rows<G>(&w[i], D - 1 - k, threshold);
 #pragma unroll
-          for (int m = 0; m < W; ++m) {
-            x[2 * m] = __uint_as_float(w[i][m] << 16);
-            x[2 * m + 1] = __uint_as_float(w[i][m] & 0xffff0000u);
-          }
-          unsigned threshold = 0;
-          if (k >= 0) {
-            threshold = select_top(x, D - 1 - k) << 16;
-          }
-          float lane_min = x[0], lane_max = x[0];
+          for (int h = 0; h < G; ++h) {
+            float x[E];
 #pragma unroll
-          for (int m = 1; m < E; ++m) {
-            lane_min = min_nan(lane_min, x[m]);
-            lane_max = max_nan(lane_max, x[m]);
-          }
-          const float row_min = order_float(warp_min(float_order(lane_min)));
-          const float row_max = order_float(warp_max(float_order(lane_max)));
-          if (my_row == i) {
-            my_t = __uint_as_float(threshold);
-            my_min = row_min;
-            my_max = row_max;
+            for (int m = 0; m < W; ++m) {
+              x[2 * m] = __uint_as_float(w[i + h][m] << 16);
+              x[2 * m + 1] = __uint_as_float(w[i + h][m] & 0xffff0000u);
+            }
+            float lane_min = x[0], lane_max = x[0];
+#pragma unroll
+            for (int m = 1; m < E; ++m) {
+              lane_min = min_nan(lane_min, x[m]);
+              lane_max = max_nan(lane_max, x[m]);
+            }
+            const int row_min_order = warp_min(float_order(lane_min));
+            const int row_max_order = warp_max(float_order(lane_max));
+            if (my_row == i + h) {
+              my_t = __uint_as_float(threshold[h]);
+              my_min_order = row_min_order;
+              my_max_order = row_max_order;
+            }
           }
         }
       }
       // 2. Per batch: scalars and thresholds of row my_row.
+      const float my_min = order_float(my_min_order), my_max = order_float(my_max_order);
       const int2t::RowScalars rs = int2t::row_scalars(my_min, my_max, my_t);
       bool decided = false;
       unsigned short level_bits = int2t::kNoElement;
