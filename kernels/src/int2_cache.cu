@@ -637,8 +637,11 @@ struct TcTile {
 template <int D>
 inline constexpr int kTcStages = D >= 256 ? 4 : 8;
 
+__device__ __forceinline__ unsigned shared_address(const void* ptr) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
+}
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned dst = shared_address(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),
                "r"(src_bytes));
 }
@@ -658,9 +661,6 @@ __device__ __forceinline__ void cp_async_16_to_if(bool copy, unsigned dst, std::
       "  @p cp.async.cg.shared.global [%0], [%1], 16;\n"
       "}" ::"r"(dst),
       "l"(gmem), "r"(static_cast<int>(copy)));
-}
-__device__ __forceinline__ unsigned shared_address(const void* ptr) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>

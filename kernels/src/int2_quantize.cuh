@@ -31,6 +31,15 @@ __device__ __forceinline__ int warp_max(int v) {
 #endif
 }
 
+__device__ __forceinline__ int warp_min(int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_min_sync(kFullMask, v);
+#else
+  for (int off = 16; off > 0; off >>= 1) v = min(v, __shfl_xor_sync(kFullMask, v, off));
+  return v;
+#endif
+}
+
 __device__ __forceinline__ unsigned warp_add(unsigned v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   return __reduce_add_sync(kFullMask, v);
@@ -80,29 +89,24 @@ __device__ __forceinline__ unsigned magnitude_key(float v) {
   return (__float_as_uint(v) >> (16 - kShift)) & (0x7fffu << kShift);
 }
 
-// The r-th largest (0-based) key of the warp's values, 0 <= r < 32 E. Each lane sorts its keys,
-// tagged with its lane number (key << 5 | lane), so that all tagged keys are distinct and order
-// like the keys. Each of r rounds takes the warp maximum and pops it from the one lane whose head
-// it is; the maximum of what is left is then the r-th largest. The rounds are unrolled and entered
-// at round kTopRounds - 1 - r (a switch falling through), so that no round pays for a loop test.
+// One pop round: the lane whose head is the warp maximum drops it.
 template <int E>
-__device__ __forceinline__ unsigned select_top(const float (&x)[E], int r) {
+__device__ __forceinline__ void pop_warp_max(int (&s)[E]) {
+  if (s[0] == warp_max(s[0])) {
+#pragma unroll
+    for (int m = 0; m + 1 < E; ++m) s[m] = s[m + 1];
+    s[E - 1] = -1;  // below every tagged key: an exhausted lane never holds the maximum
+  }
+}
+
+// r pop rounds (r < kTopRounds) on each of N lists, the N rounds of a step side by side (their
+// reduction chains are independent), unrolled and entered at round kTopRounds - 1 - r.
+template <int N, int E>
+__device__ __forceinline__ void pop_rounds(int (&s)[N][E], int r) {
   static_assert(kTopRounds == 18, "the switch below has kTopRounds - 1 cases");
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  int s[E];
-#pragma unroll
-  for (int m = 0; m < E; ++m) s[m] = static_cast<int>(magnitude_key<5>(x[m])) | lane;
-  sort_descending(s);
-  const auto pop = [&s]() {
-    if (s[0] == warp_max(s[0])) {
-#pragma unroll
-      for (int m = 0; m + 1 < E; ++m) s[m] = s[m + 1];
-      s[E - 1] = -1;  // below every tagged key: an exhausted lane never holds the maximum
-    }
-  };
-#define INT2Q_POP_CASE(n) \
-  case n:                 \
-    pop();                \
+#define INT2Q_POP_CASE(n)                           \
+  case n:                                           \
+    for (int i = 0; i < N; ++i) pop_warp_max(s[i]); \
     [[fallthrough]]
   switch (r) {
     INT2Q_POP_CASE(17);
@@ -126,7 +130,22 @@ __device__ __forceinline__ unsigned select_top(const float (&x)[E], int r) {
       break;
   }
 #undef INT2Q_POP_CASE
-  return static_cast<unsigned>(warp_max(s[0])) >> 5;
+}
+
+// The r-th largest (0-based) key of the warp's values, 0 <= r < 32 E. Each lane sorts its keys,
+// tagged with its lane number (key << 5 | lane), so that all tagged keys are distinct and order
+// like the keys. Each of r rounds takes the warp maximum and pops it from the one lane whose head
+// it is; the maximum of what is left is then the r-th largest. The rounds are unrolled and entered
+// at round kTopRounds - 1 - r (a switch falling through), so that no round pays for a loop test.
+template <int E>
+__device__ __forceinline__ unsigned select_top(const float (&x)[E], int r) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  int s[1][E];
+#pragma unroll
+  for (int m = 0; m < E; ++m) s[0][m] = static_cast<int>(magnitude_key<5>(x[m])) | lane;
+  sort_descending(s[0]);
+  pop_rounds(s, r);
+  return static_cast<unsigned>(warp_max(s[0][0])) >> 5;
 }
 
 // The r-th largest key of the warp's values: the largest T with at least r + 1 keys >= T, decided
@@ -465,23 +484,12 @@ __device__ __forceinline__ void tagged_keys(unsigned word, unsigned lane, int& l
   high = static_cast<int>((word & 0x7fff0000u) | lane);
 }
 
-// One pop round of select_top_rows: the lane whose head is the warp maximum drops it.
-template <int E>
-__device__ __forceinline__ void pop_warp_max(int (&s)[E]) {
-  if (s[0] == warp_max(s[0])) {
-#pragma unroll
-    for (int m = 0; m + 1 < E; ++m) s[m] = s[m + 1];
-    s[E - 1] = -1;  // below every tagged key: an exhausted lane never holds the maximum
-  }
-}
-
 // select_top for N rows at once, given as bf16 pairs (lane l: word m of row i is rows[i][m]),
 // returning the thresholds' float bits (key << 16). With N = 2 the rows' pop rounds are independent
 // chains of warp reductions, interleaved so that one's latency hides the other's.
 template <int N, int W>
 __device__ __forceinline__ void select_top_rows(const unsigned (*rows)[W], int r,
                                                 unsigned (&threshold)[N]) {
-  static_assert(kTopRounds == 18, "the switch below has kTopRounds - 1 cases");
   constexpr int E = 2 * W;
   const unsigned lane = threadIdx.x & 31;
   int s[N][E];
@@ -491,43 +499,9 @@ __device__ __forceinline__ void select_top_rows(const unsigned (*rows)[W], int r
     for (int m = 0; m < W; ++m) tagged_keys(rows[i][m], lane, s[i][2 * m], s[i][2 * m + 1]);
     sort_descending(s[i]);
   }
-#define INT2Q_POP_ROWS_CASE(n)                      \
-  case n:                                           \
-    for (int i = 0; i < N; ++i) pop_warp_max(s[i]); \
-    [[fallthrough]]
-  switch (r) {
-    INT2Q_POP_ROWS_CASE(17);
-    INT2Q_POP_ROWS_CASE(16);
-    INT2Q_POP_ROWS_CASE(15);
-    INT2Q_POP_ROWS_CASE(14);
-    INT2Q_POP_ROWS_CASE(13);
-    INT2Q_POP_ROWS_CASE(12);
-    INT2Q_POP_ROWS_CASE(11);
-    INT2Q_POP_ROWS_CASE(10);
-    INT2Q_POP_ROWS_CASE(9);
-    INT2Q_POP_ROWS_CASE(8);
-    INT2Q_POP_ROWS_CASE(7);
-    INT2Q_POP_ROWS_CASE(6);
-    INT2Q_POP_ROWS_CASE(5);
-    INT2Q_POP_ROWS_CASE(4);
-    INT2Q_POP_ROWS_CASE(3);
-    INT2Q_POP_ROWS_CASE(2);
-    INT2Q_POP_ROWS_CASE(1);
-    default:
-      break;
-  }
-#undef INT2Q_POP_ROWS_CASE
+  pop_rounds(s, r);
 #pragma unroll
   for (int i = 0; i < N; ++i) threshold[i] = static_cast<unsigned>(warp_max(s[i][0])) & 0xffff0000u;
-}
-
-__device__ __forceinline__ int warp_min(int v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  return __reduce_min_sync(kFullMask, v);
-#else
-  for (int off = 16; off > 0; off >>= 1) v = min(v, __shfl_xor_sync(kFullMask, v, off));
-  return v;
-#endif
 }
 
 // 0xffff in each half of w whose bf16 value is >= the one in the same half of t.
