@@ -495,23 +495,26 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core decode over INT2 pages. A warp takes 16-token tiles and runs two mma.sync
-// m16n8k16 chains per tile, tokens and head-dim elements in the M dimension so that the G <= 8
-// query heads of the group fill N = 8 (padded with zero queries):
-//   S^T[16 tokens, 8 heads] = K codes [16, d] . Q^T[d, 8]        (k-tiles of 16 elements)
-//   O^T[d, 8 heads]        += V codes^T [d, 16 tokens] . P'^T[16, 8]  (m-tiles of 16 elements)
-// with P' = p * v_scale per token in fp16 (the S^T accumulator transposed by movmatrix), and the
-// zero points applied afterwards through sums: q . k = s (q . c - z sum q), sum p s (c - z).
-// Codes become fp16 in registers with one AND: bits & 3 << 2f of a 16-bit half is the subnormal
-// 4^f c 2^-24 (tensor cores keep fp16 subnormals); the 4^-f is folded into the query (keys) or
-// the output row (values) and the 2^24 into the fp32 results, all exact powers of two.
+// Tensor-core decode over INT2 pages. A warp takes 16-token tiles, tokens and head-dim elements
+// in the M dimension of the mma so that the query heads of the group fill N:
+//   S^T[16 tokens, 8 columns] = K codes [16, d] . Q^T[d, 8]   (m16n8k32 u8 x s8 -> s32)
+//   O^T[d, 8 columns]        += V codes^T [d, 16 tokens] . P'^T[16, 8]   (m16n8k16 fp16 -> fp32)
+// with P' = p * v_scale per token in fp16 (transposed by movmatrix), and the zero points
+// applied afterwards through sums: q . k = s (q . c - z sum q), sum p s (c - z).
+// Keys: codes enter the integer mma as u8 with one AND per four codes (fields 0 and 1 of a byte
+// in place, 2 and 3 after one shift of the word: values c or 4 c); the query enters as two s8
+// terms (high and low, see the kernel) in adjacent columns, so n-tile j holds heads 4j .. 4j + 3
+// and the scores are exact integers. Values: bits & 3 << 2f of a 16-bit half is the fp16
+// subnormal 4^f c 2^-24 (tensor cores keep fp16 subnormals), one AND per two codes; the 4^-f and
+// the 2^24 are applied to the fp32 output row, exact powers of two.
 //
-// Element ownership (lane = 4 gid + t). Keys: lane t reads d/16 bytes of rows gid and gid + 8
-// (bytes t d/16 ..), register r of a row holds elements e_k(t, r) and e_k(t, r) + 2, and feeds
-// the mma's k positions 2t, 2t+1 (r even) or 2t+8, 2t+9 (r odd) of k-tile r/2; the query
-// fragment of head gid uses the same elements. Values: lane gid reads d/32 bytes (from byte
-// gid d/32) of the rows of tokens 2t, 2t+1, 2t+8, 2t+9; register r of a row pair holds element
-// e_v(gid, r) of both tokens and is the A row gid (r even) or gid + 8 (r odd) of m-tile r/2.
+// Element ownership (lane = 4 gid + t). Keys: lane t reads the d/64 words at bytes t d/16 .. of
+// rows gid and gid + 8; key register r (field r / (d/64) of word r % (d/64)) holds elements
+// e_k(t, r) + 0..3 and feeds k positions 4t .. 4t+3 (r even) or 16+4t .. (r odd) of k-step r/2;
+// the query registers of column gid hold the same elements. Values: lane gid reads d/32 bytes
+// (from byte gid d/32) of the rows of tokens 2t, 2t+1, 2t+8, 2t+9; register r of a row pair holds
+// element e_v(gid, r) of both tokens and is the A row gid (r even) or gid + 8 (r odd) of m-tile
+// r/2.
 constexpr int kTileTokens = 16;
 // Warps of a tensor-core block: one block per multiprocessor (registers bound it to 512 threads at
 // d <= 128, 256 at d 256), so that a sequence's KV head has few splits and the merge reads little.
@@ -559,40 +562,56 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], std::uint32_t a0, std::
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ void mma_16832_u8s8(int (&c)[4], std::uint32_t a0, std::uint32_t a1,
+                                               std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
+                                               std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 template <int D>
 struct TcMap {
   static constexpr int kKWords = D / 64;  // 32-bit words of a key row per lane (1, 2, 4)
+  static constexpr int kKRegs = D / 16;   // u8x4 key registers per row (4 fields per word)
   static constexpr int kVBytes = D / 32;  // bytes of a value row per lane (2, 4, 8)
   static constexpr int kVWords = kVBytes >= 4 ? kVBytes / 4 : 1;
-  // Key register r of lane t: bytes t d/16 + 4 (r / 8) + (r / 4) % 2 (and + 2), field r % 4.
+  // Key register r of lane t: field r / kKWords of word r % kKWords of the lane's bytes
+  // t D/16 ..; byte b of the register is element key_element(t, r) + b.
   __device__ static int key_element(int t, int r) {
-    return t * (D / 16) + 4 * (r / 8) + (r / 4) % 2 + (r % 4) * (D / 4);
+    return t * (D / 16) + 4 * (r % kKWords) + (r / kKWords) * (D / 4);
   }
+  // The factor a key register's byte carries: fields 1 and 3 are read in place (bits 2-3: 4 c).
+  __device__ static constexpr int key_unit(int r) { return (r / kKWords) % 2 ? 4 : 1; }
   // Value register r of lane gid: byte gid d/32 + r / 4, field r % 4.
   __device__ static int value_element(int gid, int r) {
     return gid * kVBytes + r / 4 + (r % 4) * (D / 4);
   }
 };
 
-// A key row's words and the same shifted by a byte: byte pair (0, 2) and (1, 3) of each word.
+// A key row's words and the same shifted by four bits (fields 2 and 3 at bits 0-3 of each byte).
 template <int D>
-struct KeyBits {
-  std::uint32_t w[TcMap<D>::kKWords][2];
+struct KeyWords {
+  std::uint32_t w[TcMap<D>::kKWords], hi[TcMap<D>::kKWords];
 };
 template <int D>
-__device__ __forceinline__ KeyBits<D> key_bits(const std::uint32_t (&w)[TcMap<D>::kKWords]) {
-  KeyBits<D> k;
+__device__ __forceinline__ KeyWords<D> key_words(const std::uint32_t (&w)[TcMap<D>::kKWords]) {
+  KeyWords<D> k;
 #pragma unroll
   for (int i = 0; i < TcMap<D>::kKWords; ++i) {
-    k.w[i][0] = w[i];
-    k.w[i][1] = w[i] >> 8;
+    k.w[i] = w[i];
+    k.hi[i] = w[i] >> 4;
   }
   return k;
 }
-// Key register r: word r / 8, byte pair (r / 4) % 2, field r % 4.
+// Key register r as four u8 values c key_unit(r): one AND for four codes.
 template <int D>
-__device__ __forceinline__ std::uint32_t key_register(const KeyBits<D>& k, int r) {
-  return codes_as_subnormals(k.w[r / 8][(r / 4) % 2], r % 4);
+__device__ __forceinline__ std::uint32_t key_register(const KeyWords<D>& k, int r) {
+  constexpr int kW = TcMap<D>::kKWords;
+  const int f = r / kW, i = r % kW;
+  return (f < 2 ? k.w[i] : k.hi[i]) & (f % 2 ? 0x0C0C0C0Cu : 0x03030303u);
 }
 
 // Two value rows (tokens in the low and high halves) interleaved byte by byte: for each word of
@@ -841,6 +860,11 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
   TcTile<D>* ring = reinterpret_cast<TcTile<D>*>(smem) + warp * NS;
 
+  // S^T = K Q^T runs on integer tensor cores: u8 codes times s8 queries, each query element as two
+  // s8 terms (high and low). n-tile j of S^T (8 columns) holds heads 4j .. 4j + 3, column 2h the
+  // high and 2h + 1 the low term of head 4j + h, so lane (gid, t) loads head 4j + gid / 2 for its
+  // B fragment and owns the scores of head 4j + t (columns 2t, 2t + 1 of its accumulator).
+  constexpr int NT = G > 4 ? 2 : 1;
   // The queries' loads go first: they are independent of the length and block-table reads the
   // first copies wait on, so their latency overlaps those (the bf16 bits are turned into the
   // query fragment once the pipeline has started).
@@ -849,16 +873,18 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   constexpr int kQRun = D / 16;  // elements per field
   using QChunk = std::conditional_t<kQRun == 4, uint2, uint4>;
   constexpr int kQChunks = kQRun * 2 / static_cast<int>(sizeof(QChunk));
-  QChunk q_chunk[4][kQChunks];
-  {
-    const bool real_head = gid < G;
+  QChunk q_chunk[NT][4][kQChunks];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int head = 4 * j + (gid >> 1);
+    const bool real_head = head < G;
     const bf16_bits* qh =
-        p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + (real_head ? gid : 0)) * D;
+        p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + (real_head ? head : 0)) * D;
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
       const auto* src = reinterpret_cast<const QChunk*>(qh + t * kQRun + f * (D / 4));
 #pragma unroll
-      for (int c = 0; c < kQChunks; ++c) q_chunk[f][c] = real_head ? src[c] : QChunk{};
+      for (int c = 0; c < kQChunks; ++c) q_chunk[j][f][c] = real_head ? src[c] : QChunk{};
     }
   }
 
@@ -894,61 +920,89 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     cp_async_commit();
   }
 
-  // Query fragment of head gid (zero for the padding heads) and the full sums of heads 2t, 2t+1.
-  std::uint32_t qf[2 * KT];
-  float q_sum_own = 0.0f;
+  // Query fragment: per head, step = max|q| / 127 and for each element v = q / (step u), u the
+  // key register's unit (1 or 4), hi = rint(v) and lo = rint((v - hi) 256), so that
+  // q = step u (hi + lo / 256) to 2^-9 step u (13 bits of max|q| or better). Lanes of even gid
+  // hold hi, of odd gid lo. The scores then come as exact integers: for each token,
+  // q . c = step (256 H + L) / 256 with H, L the high and low columns.
+  std::uint32_t qf[NT][Map::kKRegs];
+  float q_sum_log2[NT], logit_unit[NT];
   {
-    const auto* q_run = reinterpret_cast<const bf16_bits(*)[kQRun]>(&q_chunk[0][0]);
+    const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+    const bool low_term = gid & 1;
 #pragma unroll
-    for (int r = 0; r < 2 * KT; ++r) {
-      // Register r holds elements key_element(t, r) and + 2: offset 4 (r / 8) + (r / 4) % 2 in
-      // the run of field r % 4.
-      const int at = 4 * (r / 8) + (r / 4) % 2;
-      const float lo = __half2float(__float2half_rn(bf16_to_float(q_run[r % 4][at])));
-      const float hi = __half2float(__float2half_rn(bf16_to_float(q_run[r % 4][at + 2])));
-      q_sum_own += lo + hi;
-      const float inv = 1.0f / static_cast<float>(1 << (2 * (r % 4)));  // 4^-f, exact
-      qf[r] = pack_half2(lo * inv, hi * inv);
+    for (int j = 0; j < NT; ++j) {
+      const auto* q_run = reinterpret_cast<const bf16_bits(*)[kQRun]>(&q_chunk[j][0][0]);
+      float q_max = 0.0f;
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+#pragma unroll
+        for (int e = 0; e < kQRun; ++e) q_max = fmaxf(q_max, fabsf(bf16_to_float(q_run[f][e])));
+      }
+      q_max = fmaxf(q_max, __shfl_xor_sync(kFullMask, q_max, 1));
+      q_max = fmaxf(q_max, __shfl_xor_sync(kFullMask, q_max, 2));
+      const float inv_step = q_max > 0.0f ? 127.0f / q_max : 0.0f;
+      float q_sum = 0.0f;  // of this lane's term, in units of step
+#pragma unroll
+      for (int r = 0; r < Map::kKRegs; ++r) {
+        const float unit = static_cast<float>(Map::key_unit(r));
+        const float inv = inv_step / unit;  // exact: unit is a power of two
+        std::uint32_t packed = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float v = bf16_to_float(q_run[r / Map::kKWords][4 * (r % Map::kKWords) + e]) * inv;
+          const float hi = rintf(v);
+          const float lo = fminf(rintf((v - hi) * 256.0f), 127.0f);  // v - hi is exact
+          const float term = low_term ? lo : hi;
+          q_sum += term * (low_term ? unit / 256.0f : unit);
+          packed |= (static_cast<std::uint32_t>(static_cast<int>(term)) & 0xffu) << (8 * e);
+        }
+        qf[j][r] = packed;
+      }
+      q_sum += __shfl_xor_sync(kFullMask, q_sum, 1);
+      q_sum += __shfl_xor_sync(kFullMask, q_sum, 2);
+      q_sum += __shfl_xor_sync(kFullMask, q_sum, 4);  // high + low term
+      // Head 4j + t's figures live in the lanes of gid 2t and 2t + 1.
+      const float step = __shfl_sync(kFullMask, q_max, 8 * t) / 127.0f;
+      q_sum_log2[j] = __shfl_sync(kFullMask, q_sum, 8 * t) * step * scale_log2;
+      logit_unit[j] = step * (scale_log2 / 256.0f);
     }
-    q_sum_own += __shfl_xor_sync(kFullMask, q_sum_own, 1);
-    q_sum_own += __shfl_xor_sync(kFullMask, q_sum_own, 2);
   }
-  float q_sum[2];
-  q_sum[0] = __shfl_sync(kFullMask, q_sum_own, 8 * t);      // head 2t lives in lanes 4 (2t) ..
-  q_sum[1] = __shfl_sync(kFullMask, q_sum_own, 8 * t + 4);  // head 2t + 1
-  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  const float logit_unit = kSubnormalScale * scale_log2;  // s is in units of 2^-24
-  const float q_sum_log2[2] = {q_sum[0] * scale_log2, q_sum[1] * scale_log2};
 
   float o[KT][4];
 #pragma unroll
   for (int mt = 0; mt < KT; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, zero_run[2] = {0.0f, 0.0f};
+  float m_run[NT], l_run[NT], zero_run[NT];  // of head 4j + t
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    m_run[j] = -INFINITY;
+    l_run[j] = zero_run[j] = 0.0f;
+  }
 
   // The scores of tile i+1 are computed before tile i's softmax and value product, so that their
   // loads, code expansion and mma chain overlap that work instead of preceding it in one serial
-  // chain per tile: ScoreParts holds S^T = K Q^T (units of 2^-24) of a tile in kChains
-  // accumulators, summed only when the tile's softmax needs them.
-  constexpr int kChains = 2;  // the chain's latency is hidden by the previous tile's work
-  static_assert(KT % kChains == 0, "head_dim 64, 128 or 256");
-  using ScoreParts = float[kChains][4];
-  auto scores = [&](int i, ScoreParts& s_part) {
+  // chain per tile: ScoreAcc holds S^T = K Q^T of a tile (integers: high and low columns).
+  using ScoreAcc = int[NT][4];
+  auto scores = [&](int i, ScoreAcc& acc) {
     const TcTile<D>& tile = ring[i % NS];
 #pragma unroll
-    for (int a = 0; a < kChains; ++a)
-      s_part[a][0] = s_part[a][1] = s_part[a][2] = s_part[a][3] = 0.0f;
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
     std::uint32_t kw0[Map::kKWords], kw1[Map::kKWords];
 #pragma unroll
     for (int w = 0; w < Map::kKWords; ++w) {
       kw0[w] = reinterpret_cast<const std::uint32_t*>(tile.k[gid])[t * Map::kKWords + w];
       kw1[w] = reinterpret_cast<const std::uint32_t*>(tile.k[gid + 8])[t * Map::kKWords + w];
     }
-    const KeyBits<D> k0 = key_bits<D>(kw0), k1 = key_bits<D>(kw1);
+    const KeyWords<D> k0 = key_words<D>(kw0), k1 = key_words<D>(kw1);
 #pragma unroll
-    for (int kt = 0; kt < KT; ++kt) {
-      mma_16816(s_part[kt % kChains], key_register<D>(k0, 2 * kt), key_register<D>(k1, 2 * kt),
-                key_register<D>(k0, 2 * kt + 1), key_register<D>(k1, 2 * kt + 1), qf[2 * kt],
-                qf[2 * kt + 1]);
+    for (int kt = 0; kt < D / 32; ++kt) {
+      const std::uint32_t a0 = key_register<D>(k0, 2 * kt), a1 = key_register<D>(k1, 2 * kt);
+      const std::uint32_t a2 = key_register<D>(k0, 2 * kt + 1);
+      const std::uint32_t a3 = key_register<D>(k1, 2 * kt + 1);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        mma_16832_u8s8(acc[j], a0, a1, a2, a3, qf[j][2 * kt], qf[j][2 * kt + 1]);
+      }
     }
   };
   // Waits for tile i (every lane's copies: of the NS - 2 + i groups committed so far, tile i's
@@ -964,22 +1018,20 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
 
   // Softmax and value product of tile i from its scores; last_tag (std::true_type) marks the
   // sequence's last tile when it is partial.
-  auto step = [&](int i, const ScoreParts& s_part, auto last_tag) {
+  auto step = [&](int i, const ScoreAcc& acc, auto last_tag) {
     const TcTile<D>& tile = ring[i % NS];
     const int token0 = (tile_begin + i) * kTileTokens;
-    float s[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) s[c] = s_part[0][c] + s_part[1][c];
-    // Exponent arguments x = logit - m_run (log2 units) of tokens gid (x[0], x[1]) and gid + 8
-    // (x[2], x[3]) for heads 2t, 2t + 1. logit = ks (s 2^24 - kz q_sum) scale log2(e) becomes
-    // two fused multiply-adds per entry with the per-row factors below.
-    float row_k[2], row_kz[2], vs[2], vz[2];
+    // Exponent arguments x[h][j] = logit - m_run (log2 units) of token gid + 8h for head 4j + t.
+    // logit = ks (q . c - kz q_sum) scale log2(e) becomes two fused multiply-adds per entry with
+    // the per-row factors below; 256 H + L fits 26 bits, its float rounding is 2^-24 relative.
+    float row_k[2][NT], row_kz[2], vs[2], vz[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       // bf16 (scale, zero) pairs: a bf16 is the top half of its float.
       const std::uint32_t ksz = tile.ksz[gid + 8 * h], vsz = tile.vsz[gid + 8 * h];
       const float ks = __uint_as_float(ksz << 16), kz = __uint_as_float(ksz & 0xffff0000u);
-      row_k[h] = ks * logit_unit;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) row_k[h][j] = ks * logit_unit[j];
       row_kz[h] = ks * kz;
       vs[h] = __uint_as_float(vsz << 16);
       vz[h] = __uint_as_float(vsz & 0xffff0000u);
@@ -987,30 +1039,31 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     // Only the sequence's last tile can be partial; other tiles skip the masking at compile time.
     const bool partial = decltype(last_tag)::value && token0 + kTileTokens > int2_len;
     auto exponent = [&](int h, int j, float m) {
-      const float x = fmaf(s[2 * h + j], row_k[h], -fmaf(row_kz[h], q_sum_log2[j], m));
+      const float s = __int2float_rn(acc[j][2 * h] * 256 + acc[j][2 * h + 1]);
+      const float x = fmaf(s, row_k[h][j], -fmaf(row_kz[h], q_sum_log2[j], m));
       return partial && token0 + gid + 8 * h >= int2_len ? -INFINITY : x;
     };
-    float x[4];
+    float x[2][NT];
+    float x_max = -INFINITY;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) x[2 * h + j] = exponent(h, j, m_run[j]);
+      for (int j = 0; j < NT; ++j) {
+        x[h][j] = exponent(h, j, m_run[j]);
+        x_max = fmaxf(x_max, x[h][j]);
+      }
     }
     // Online softmax that rescales only when some logit exceeds its head's running maximum by
     // more than kRescaleSlack (so p <= 2^kRescaleSlack; fp32 sums and the fp16 P' = p vs have
     // room for that): after the first tiles that is rare, and the common path needs no cross-lane
     // maximum and no rescaling. m_run = -inf makes every valid x +inf: the first tile rescales.
-    if (__any_sync(kFullMask, fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3])) > kRescaleSlack)) {
-      float logit[4], alpha[2];
+    if (__any_sync(kFullMask, x_max > kRescaleSlack)) {
+      float alpha[NT];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) logit[2 * h + j] = exponent(h, j, 0.0f);
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < NT; ++j) {
+        const float logit0 = exponent(0, j, 0.0f), logit1 = exponent(1, j, 0.0f);
         // The tile's maximum over its 16 tokens (lanes of equal t).
-        float mx = fmaxf(logit[j], logit[2 + j]);
+        float mx = fmaxf(logit0, logit1);
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 16));
@@ -1020,36 +1073,42 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
         m_run[j] = m_new;
         l_run[j] *= alpha[j];
         zero_run[j] *= alpha[j];
-        x[j] = logit[j] - m_use;
-        x[2 + j] = logit[2 + j] - m_use;
+        x[0][j] = logit0 - m_use;
+        x[1][j] = logit1 - m_use;
       }
+      // Output columns 2t and 2t + 1 are heads t and t + 4 (see the P' fragment below).
 #pragma unroll
       for (int mt = 0; mt < KT; ++mt) {
         o[mt][0] *= alpha[0];
-        o[mt][1] *= alpha[1];
         o[mt][2] *= alpha[0];
-        o[mt][3] *= alpha[1];
+        if constexpr (NT > 1) {
+          o[mt][1] *= alpha[NT - 1];
+          o[mt][3] *= alpha[NT - 1];
+        }
       }
     }
     // P' = p * v_scale, rounded to fp16 for the mma; the zero-point sum takes the same rounded
     // values, so that each token's codes and zero point are weighted alike (unrounded ones
     // measured 0.0028 instead of 0.0025 in the end-to-end KL of tests/test_paged_decode.cpp).
-    float ps[4];
+    float ps[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const float pr = fast_exp2(x[2 * h + j]);
+      for (int j = 0; j < NT; ++j) {
+        const float pr = fast_exp2(x[h][j]);
         l_run[j] += pr;
-        ps[2 * h + j] = pr * vs[h];
+        ps[h][j] = pr * vs[h];
       }
     }
-    const std::uint32_t p01 = pack_half2(ps[0], ps[1]), p23 = pack_half2(ps[2], ps[3]);
+    // Row gid (gid + 8) of P'^T as an 8x8 fp16 block, columns 2t and 2t + 1 = heads t and t + 4
+    // (zero when G <= 4): transposed, column n of the value mma is head n / 2 + 4 (n % 2).
+    const std::uint32_t p01 = pack_half2(ps[0][0], ps[0][1]), p23 = pack_half2(ps[1][0], ps[1][1]);
     {
       const float2 r01 = __half22float2(*reinterpret_cast<const __half2*>(&p01));
       const float2 r23 = __half22float2(*reinterpret_cast<const __half2*>(&p23));
       zero_run[0] = fmaf(r01.x, vz[0], fmaf(r23.x, vz[1], zero_run[0]));
-      zero_run[1] = fmaf(r01.y, vz[0], fmaf(r23.y, vz[1], zero_run[1]));
+      if constexpr (NT > 1)
+        zero_run[NT - 1] = fmaf(r01.y, vz[0], fmaf(r23.y, vz[1], zero_run[NT - 1]));
     }
     const std::uint32_t pb0 = transpose_8x8(p01);
     const std::uint32_t pb1 = transpose_8x8(p23);
@@ -1079,7 +1138,7 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   };
   const bool ends_partial = count > 0 && tile_end == tiles && int2_len % kTileTokens != 0;
   if (count > 0) {
-    ScoreParts s_now, s_next;
+    ScoreAcc s_now, s_next;
     arrive(0);
     scores(0, s_now);
     for (int i = 0; i + 1 < count; ++i) {
@@ -1087,9 +1146,9 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
       scores(i + 1, s_next);
       step(i, s_now, std::false_type{});
 #pragma unroll
-      for (int a = 0; a < kChains; ++a) {
+      for (int j = 0; j < NT; ++j) {
 #pragma unroll
-        for (int c = 0; c < 4; ++c) s_now[a][c] = s_next[a][c];
+        for (int c = 0; c < 4; ++c) s_now[j][c] = s_next[j][c];
       }
     }
     if (ends_partial) {
@@ -1102,7 +1161,7 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
 
   // Per-head sums over the warp's 8 token rows (lanes of equal t).
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < NT; ++j) {
 #pragma unroll
     for (int off = 4; off < 32; off <<= 1) {
       l_run[j] += __shfl_xor_sync(kFullMask, l_run[j], off);
@@ -1117,19 +1176,19 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   for (int mt = 0; mt < KT; ++mt) {
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int head = 2 * t + (c & 1), r = 2 * mt + (c >> 1);
-      if (head < G) {
+      const int j = c & 1, head = t + 4 * j, r = 2 * mt + (c >> 1);
+      if (j < NT && head < G) {
         const float unit = kSubnormalScale / static_cast<float>(1 << (2 * (r % 4)));
-        sm_o[warp][head][Map::value_element(gid, r)] = o[mt][c] * unit - zero_run[c & 1];
+        sm_o[warp][head][Map::value_element(gid, r)] = o[mt][c] * unit - zero_run[j % NT];
       }
     }
   }
   if (gid == 0) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      if (2 * t + j < G) {
-        sm_m[warp][2 * t + j] = m_run[j];
-        sm_l[warp][2 * t + j] = l_run[j];
+    for (int j = 0; j < NT; ++j) {
+      if (t + 4 * j < G) {
+        sm_m[warp][t + 4 * j] = m_run[j];
+        sm_l[warp][t + 4 * j] = l_run[j];
       }
     }
   }
