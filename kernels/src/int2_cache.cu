@@ -585,11 +585,21 @@ struct TcMap {
   }
   // The factor a key register's byte carries: fields 1 and 3 are read in place (bits 2-3: 4 c).
   __device__ static constexpr int key_unit(int r) { return (r / kKWords) % 2 ? 4 : 1; }
+  __device__ static constexpr int key_unit_of_element(int e) { return (e / (D / 4)) % 2 ? 4 : 1; }
   // Value register r of lane gid: byte gid d/32 + r / 4, field r % 4.
   __device__ static int value_element(int gid, int r) {
     return gid * kVBytes + r / 4 + (r % 4) * (D / 4);
   }
 };
+
+// A query element v = q / (step u) as two s8 terms: v = hi + lo / 256 to 2^-9 (|v| <= 127).
+struct QueryTerms {
+  float hi, lo;
+};
+__device__ __forceinline__ QueryTerms split_query(float v) {
+  const float hi = rintf(v);
+  return {hi, fminf(rintf((v - hi) * 256.0f), 127.0f)};  // v - hi is exact
+}
 
 // A key row's words and the same shifted by four bits (fields 2 and 3 at bits 0-3 of each byte).
 template <int D>
@@ -837,10 +847,18 @@ template <int D, int G>
 __host__ __device__ constexpr std::size_t tc_ring_bytes() {
   return sizeof(TcTile<D>) * kTcStages<D> * kTcWarps<D>;
 }
+// The block's query fragment, built once in shared memory after the ring: the s8 words of every
+// lane, the group's queries in float, and per head 127 / max|q|, the step and the query sum.
+template <int D, int G>
+__host__ __device__ constexpr std::size_t tc_query_bytes() {
+  constexpr int kColumnTiles = G > 4 ? 2 : 1;
+  return sizeof(std::uint32_t) * kColumnTiles * (D / 16) * 32 + sizeof(float) * G * (D + 3);
+}
 template <int D, int G>
 __host__ __device__ constexpr std::size_t tc_smem_bytes() {
   constexpr std::size_t combine = sizeof(float) * kTcWarps<D> * G * (D + 2);
-  return tc_ring_bytes<D, G>() > combine ? tc_ring_bytes<D, G>() : combine;
+  constexpr std::size_t pipeline = tc_ring_bytes<D, G>() + tc_query_bytes<D, G>();
+  return pipeline > combine ? pipeline : combine;
 }
 
 // One block per multiprocessor (kTcWarps warps, registers capped at 128 a thread at d <= 128).
@@ -865,27 +883,16 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   // high and 2h + 1 the low term of head 4j + h, so lane (gid, t) loads head 4j + gid / 2 for its
   // B fragment and owns the scores of head 4j + t (columns 2t, 2t + 1 of its accumulator).
   constexpr int NT = G > 4 ? 2 : 1;
-  // The queries' loads go first: they are independent of the length and block-table reads the
-  // first copies wait on, so their latency overlaps those (the bf16 bits are turned into the
-  // query fragment once the pipeline has started).
-  // The elements a lane needs of field f are D/16 consecutive ones (from t D/16 + f D/4), so
-  // they come in D/8-byte vector loads.
-  constexpr int kQRun = D / 16;  // elements per field
-  using QChunk = std::conditional_t<kQRun == 4, uint2, uint4>;
-  constexpr int kQChunks = kQRun * 2 / static_cast<int>(sizeof(QChunk));
-  QChunk q_chunk[NT][4][kQChunks];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int head = 4 * j + (gid >> 1);
-    const bool real_head = head < G;
-    const bf16_bits* qh =
-        p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + (real_head ? head : 0)) * D;
-#pragma unroll
-    for (int f = 0; f < 4; ++f) {
-      const auto* src = reinterpret_cast<const QChunk*>(qh + t * kQRun + f * (D / 4));
-#pragma unroll
-      for (int c = 0; c < kQChunks; ++c) q_chunk[j][f][c] = real_head ? src[c] : QChunk{};
-    }
+  // The queries' loads go first (warp h < G loads head h, D/32 elements a lane): they are
+  // independent of the length and block-table reads the first copies wait on, so their latency
+  // overlaps those.
+  constexpr int kQPerLane = D / 32;
+  using QLoad = std::conditional_t<kQPerLane == 2, unsigned,
+                                   std::conditional_t<kQPerLane == 4, uint2, uint4>>;
+  QLoad q_raw{};
+  if (warp < G) {
+    q_raw = reinterpret_cast<const QLoad*>(
+        p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + warp) * D)[lane];
   }
 
   // The split's tiles, then the warp's contiguous share of them.
@@ -912,61 +919,82 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
                      ring_at + slot * static_cast<unsigned>(sizeof(TcTile<D>)), ring[slot]);
   };
 
-  // Start the pipeline before anything else: NS - 2 tiles in flight (two slots are being
-  // computed on: one tile's scores, the previous tile's values).
-#pragma unroll
-  for (int s = 0; s < NS - 2; ++s) {
-    if (s < count) issue(tile_begin + s, s);
-    cp_async_commit();
-  }
-
   // Query fragment: per head, step = max|q| / 127 and for each element v = q / (step u), u the
   // key register's unit (1 or 4), hi = rint(v) and lo = rint((v - hi) 256), so that
   // q = step u (hi + lo / 256) to 2^-9 step u (13 bits of max|q| or better). Lanes of even gid
   // hold hi, of odd gid lo. The scores then come as exact integers: for each token,
-  // q . c = step (256 H + L) / 256 with H, L the high and low columns.
+  // q . c = step (256 H + L) / 256 with H, L the high and low columns. Every warp of the block
+  // uses the same fragment, so the block builds it once in shared memory (after the ring): warp
+  // h < G quantizes head h and sums it, then all threads pack the words of every lane (once per
+  // lane instead of 16 warps each quantizing every element on the slow conversion pipe).
+  constexpr int kQWords = NT * Map::kKRegs * 32;
+  auto* const qf_sm = reinterpret_cast<std::uint32_t*>(smem + tc_ring_bytes<D, G>());
+  auto* const q_sm = reinterpret_cast<float(*)[D]>(qf_sm + kQWords);  // [G][D]
+  float* const head_inv = &q_sm[G][0];                                // 127 / max|q|
+  float* const head_step = head_inv + G;
+  float* const head_sum = head_step + G;  // sum of the quantized query
+  if (warp < G) {
+    const auto* q_bits = reinterpret_cast<const bf16_bits*>(&q_raw);
+    float q_max = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kQPerLane; ++e) q_max = fmaxf(q_max, fabsf(bf16_to_float(q_bits[e])));
+    q_max = __int_as_float(int2q::warp_max(__float_as_int(q_max)));  // q_max >= 0: int order
+    const float inv_step = q_max > 0.0f ? 127.0f / q_max : 0.0f;
+    float sum = 0.0f;  // in units of step
+#pragma unroll
+    for (int e = 0; e < kQPerLane; ++e) {
+      const int element = lane * kQPerLane + e;
+      const float q = bf16_to_float(q_bits[e]);
+      const float unit = static_cast<float>(Map::key_unit_of_element(element));
+      const QueryTerms terms = split_query(q * (inv_step / unit));
+      sum += unit * (terms.hi + terms.lo * (1.0f / 256.0f));
+      q_sm[warp][element] = q;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      head_inv[warp] = inv_step;
+      head_step[warp] = q_max / 127.0f;
+      head_sum[warp] = sum * (q_max / 127.0f);
+    }
+  }
+  __syncthreads();
+  for (int word = threadIdx.x; word < kQWords; word += W * 32) {
+    const int owner = word % 32, r = (word / 32) % Map::kKRegs, j = word / (32 * Map::kKRegs);
+    const int head = 4 * j + (owner >> 3), first = Map::key_element(owner & 3, r);
+    std::uint32_t packed = 0;
+    if (head < G) {
+      const float inv = head_inv[head] / static_cast<float>(Map::key_unit(r));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const QueryTerms terms = split_query(q_sm[head][first + e] * inv);
+        const float term = (owner >> 2) & 1 ? terms.lo : terms.hi;
+        packed |= (static_cast<std::uint32_t>(static_cast<int>(term)) & 0xffu) << (8 * e);
+      }
+    }
+    qf_sm[word] = packed;
+  }
+  __syncthreads();
   std::uint32_t qf[NT][Map::kKRegs];
   float q_sum_log2[NT], logit_unit[NT];
   {
     const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
-    const bool low_term = gid & 1;
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const auto* q_run = reinterpret_cast<const bf16_bits(*)[kQRun]>(&q_chunk[j][0][0]);
-      float q_max = 0.0f;
 #pragma unroll
-      for (int f = 0; f < 4; ++f) {
-#pragma unroll
-        for (int e = 0; e < kQRun; ++e) q_max = fmaxf(q_max, fabsf(bf16_to_float(q_run[f][e])));
-      }
-      q_max = fmaxf(q_max, __shfl_xor_sync(kFullMask, q_max, 1));
-      q_max = fmaxf(q_max, __shfl_xor_sync(kFullMask, q_max, 2));
-      const float inv_step = q_max > 0.0f ? 127.0f / q_max : 0.0f;
-      float q_sum = 0.0f;  // of this lane's term, in units of step
-#pragma unroll
-      for (int r = 0; r < Map::kKRegs; ++r) {
-        const float unit = static_cast<float>(Map::key_unit(r));
-        const float inv = inv_step / unit;  // exact: unit is a power of two
-        std::uint32_t packed = 0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float v = bf16_to_float(q_run[r / Map::kKWords][4 * (r % Map::kKWords) + e]) * inv;
-          const float hi = rintf(v);
-          const float lo = fminf(rintf((v - hi) * 256.0f), 127.0f);  // v - hi is exact
-          const float term = low_term ? lo : hi;
-          q_sum += term * (low_term ? unit / 256.0f : unit);
-          packed |= (static_cast<std::uint32_t>(static_cast<int>(term)) & 0xffu) << (8 * e);
-        }
-        qf[j][r] = packed;
-      }
-      q_sum += __shfl_xor_sync(kFullMask, q_sum, 1);
-      q_sum += __shfl_xor_sync(kFullMask, q_sum, 2);
-      q_sum += __shfl_xor_sync(kFullMask, q_sum, 4);  // high + low term
-      // Head 4j + t's figures live in the lanes of gid 2t and 2t + 1.
-      const float step = __shfl_sync(kFullMask, q_max, 8 * t) / 127.0f;
-      q_sum_log2[j] = __shfl_sync(kFullMask, q_sum, 8 * t) * step * scale_log2;
-      logit_unit[j] = step * (scale_log2 / 256.0f);
+      for (int r = 0; r < Map::kKRegs; ++r) qf[j][r] = qf_sm[(j * Map::kKRegs + r) * 32 + lane];
+      const int head = 4 * j + t;  // the head whose scores this lane owns
+      q_sum_log2[j] = head < G ? head_sum[head] * scale_log2 : 0.0f;
+      logit_unit[j] = head < G ? head_step[head] * (scale_log2 / 256.0f) : 0.0f;
     }
+  }
+
+  // Start the pipeline: NS - 2 tiles in flight (two slots are being computed on: one tile's
+  // scores, the previous tile's values). The block-table loads were issued before the query
+  // fragment was built, so their latency overlaps it.
+#pragma unroll
+  for (int s = 0; s < NS - 2; ++s) {
+    if (s < count) issue(tile_begin + s, s);
+    cp_async_commit();
   }
 
   float o[KT][4];
