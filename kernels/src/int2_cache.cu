@@ -919,6 +919,14 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
                      ring_at + slot * static_cast<unsigned>(sizeof(TcTile<D>)), ring[slot]);
   };
 
+  // Start the pipeline before the query fragment: NS - 2 tiles in flight (two slots are being
+  // computed on: one tile's scores, the previous tile's values).
+#pragma unroll
+  for (int s = 0; s < NS - 2; ++s) {
+    if (s < count) issue(tile_begin + s, s);
+    cp_async_commit();
+  }
+
   // Query fragment: per head, step = max|q| / 127 and for each element v = q / (step u), u the
   // key register's unit (1 or 4), hi = rint(v) and lo = rint((v - hi) 256), so that
   // q = step u (hi + lo / 256) to 2^-9 step u (13 bits of max|q| or better). Lanes of even gid
@@ -986,15 +994,6 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
       q_sum_log2[j] = head < G ? head_sum[head] * scale_log2 : 0.0f;
       logit_unit[j] = head < G ? head_step[head] * (scale_log2 / 256.0f) : 0.0f;
     }
-  }
-
-  // Start the pipeline: NS - 2 tiles in flight (two slots are being computed on: one tile's
-  // scores, the previous tile's values). The block-table loads were issued before the query
-  // fragment was built, so their latency overlaps it.
-#pragma unroll
-  for (int s = 0; s < NS - 2; ++s) {
-    if (s < count) issue(tile_begin + s, s);
-    cp_async_commit();
   }
 
   float o[KT][4];
