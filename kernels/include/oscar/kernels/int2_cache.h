@@ -78,10 +78,11 @@ struct DemotePagesParams {
 };
 Status demote_pages(const DemotePagesParams& params);
 
-// How decode_attention processes INT2 pages. kTensorCore: 16-token tiles on tensor cores
-// (mma.sync m16n8k16, codes turned into fp16 in registers, queries rounded to fp16, so |q| must
-// stay below 65504); BF16 pages then go through the SIMT kernel in their own splits. kSimt: one
-// CUDA-core kernel for every page (the reference path). kAuto: kTensorCore.
+// How decode_attention processes INT2 pages. kTensorCore: 16-token tiles on tensor cores (keys:
+// integer mma of u8 codes and the query as two s8 terms per head, 13 bits or more of its largest
+// element; values: codes as fp16 in registers, softmax weights in fp16); BF16 pages then go
+// through the SIMT kernel in their own splits. kSimt: one CUDA-core kernel for every page (the
+// reference path, fp32 queries). kAuto: kTensorCore.
 enum class DecodePath { kAuto, kSimt, kTensorCore };
 
 // Decode attention, one query token per sequence: out[b, h] = softmax(scale * q K^T) V over the
