@@ -583,9 +583,8 @@ struct TcMap {
   __device__ static int key_element(int t, int r) {
     return t * (D / 16) + 4 * (r % kKWords) + (r / kKWords) * (D / 4);
   }
-  // The factor a key register's byte carries: fields 1 and 3 are read in place (bits 2-3: 4 c).
-  __device__ static constexpr int key_unit(int r) { return (r / kKWords) % 2 ? 4 : 1; }
-  __device__ static constexpr int key_unit_of_element(int e) { return (e / (D / 4)) % 2 ? 4 : 1; }
+  // The factor a key byte carries in field f: fields 1 and 3 are read in place (bits 2-3: 4 c).
+  __device__ static constexpr int field_unit(int f) { return f % 2 ? 4 : 1; }
   // Value register r of lane gid: byte gid d/32 + r / 4, field r % 4.
   __device__ static int value_element(int gid, int r) {
     return gid * kVBytes + r / 4 + (r % 4) * (D / 4);
@@ -616,7 +615,7 @@ __device__ __forceinline__ KeyWords<D> key_words(const std::uint32_t (&w)[TcMap<
   }
   return k;
 }
-// Key register r as four u8 values c key_unit(r): one AND for four codes.
+// Key register r as four u8 values c field_unit(r / kKWords): one AND for four codes.
 template <int D>
 __device__ __forceinline__ std::uint32_t key_register(const KeyWords<D>& k, int r) {
   constexpr int kW = TcMap<D>::kKWords;
@@ -848,11 +847,11 @@ __host__ __device__ constexpr std::size_t tc_ring_bytes() {
   return sizeof(TcTile<D>) * kTcStages<D> * kTcWarps<D>;
 }
 // The block's query fragment, built once in shared memory after the ring: the s8 words of every
-// lane, the group's queries in float, and per head 127 / max|q|, the step and the query sum.
+// lane, the group's query terms (high and low, s8), and per head the step and the query sum.
 template <int D, int G>
 __host__ __device__ constexpr std::size_t tc_query_bytes() {
   constexpr int kColumnTiles = G > 4 ? 2 : 1;
-  return sizeof(std::uint32_t) * kColumnTiles * (D / 16) * 32 + sizeof(float) * G * (D + 3);
+  return sizeof(std::uint32_t) * kColumnTiles * (D / 16) * 32 + 2 * G * D + sizeof(float) * 2 * G;
 }
 template <int D, int G>
 __host__ __device__ constexpr std::size_t tc_smem_bytes() {
@@ -937,9 +936,8 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   // lane instead of 16 warps each quantizing every element on the slow conversion pipe).
   constexpr int kQWords = NT * Map::kKRegs * 32;
   auto* const qf_sm = reinterpret_cast<std::uint32_t*>(smem + tc_ring_bytes<D, G>());
-  auto* const q_sm = reinterpret_cast<float(*)[D]>(qf_sm + kQWords);  // [G][D]
-  float* const head_inv = &q_sm[G][0];                                // 127 / max|q|
-  float* const head_step = head_inv + G;
+  auto* const terms_sm = reinterpret_cast<std::int8_t(*)[2][D]>(qf_sm + kQWords);  // [G][hi, lo]
+  float* const head_step = reinterpret_cast<float*>(&terms_sm[G][0][0]);
   float* const head_sum = head_step + G;  // sum of the quantized query
   if (warp < G) {
     const auto* q_bits = reinterpret_cast<const bf16_bits*>(&q_raw);
@@ -952,15 +950,14 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
 #pragma unroll
     for (int e = 0; e < kQPerLane; ++e) {
       const int element = lane * kQPerLane + e;
-      const float q = bf16_to_float(q_bits[e]);
-      const float unit = static_cast<float>(Map::key_unit_of_element(element));
-      const QueryTerms terms = split_query(q * (inv_step / unit));
+      const float unit = static_cast<float>(Map::field_unit(element / (D / 4)));
+      const QueryTerms terms = split_query(bf16_to_float(q_bits[e]) * (inv_step / unit));
       sum += unit * (terms.hi + terms.lo * (1.0f / 256.0f));
-      q_sm[warp][element] = q;
+      terms_sm[warp][0][element] = static_cast<std::int8_t>(terms.hi);
+      terms_sm[warp][1][element] = static_cast<std::int8_t>(terms.lo);
     }
     sum = warp_sum(sum);
     if (lane == 0) {
-      head_inv[warp] = inv_step;
       head_step[warp] = q_max / 127.0f;
       head_sum[warp] = sum * (q_max / 127.0f);
     }
@@ -968,16 +965,13 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   __syncthreads();
   for (int word = threadIdx.x; word < kQWords; word += W * 32) {
     const int owner = word % 32, r = (word / 32) % Map::kKRegs, j = word / (32 * Map::kKRegs);
-    const int head = 4 * j + (owner >> 3), first = Map::key_element(owner & 3, r);
+    const int head = 4 * j + (owner >> 3);
     std::uint32_t packed = 0;
     if (head < G) {
-      const float inv = head_inv[head] / static_cast<float>(Map::key_unit(r));
+      const std::int8_t* term = &terms_sm[head][(owner >> 2) & 1][Map::key_element(owner & 3, r)];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const QueryTerms terms = split_query(q_sm[head][first + e] * inv);
-        const float term = (owner >> 2) & 1 ? terms.lo : terms.hi;
-        packed |= (static_cast<std::uint32_t>(static_cast<int>(term)) & 0xffu) << (8 * e);
-      }
+      for (int e = 0; e < 4; ++e)
+        packed |= static_cast<std::uint32_t>(std::uint8_t(term[e])) << (8 * e);
     }
     qf_sm[word] = packed;
   }
