@@ -101,15 +101,17 @@ TEST_P(Int2Store, DemotionIsBitExact) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const auto [d, ps] = GetParam();
   const int heads = 3;
-  // 5 pages: fewer rows than warps, so each warp quantizes single rows; 1200 pages: whole pages
-  // per warp, the batched path.
-  for (const int pages : {5, 1200}) {
+  // 5 pages: fewer rows than warps, so the batched kernel's warps quantize single rows, and the
+  // row-per-thread kernel has partial warps; 1203 pages: whole pages per warp, and a partial warp
+  // of rows at the end of each head.
+  for (const int pages : {5, 1203}) {
     SCOPED_TRACE(::testing::Message() << pages << " pages");
     std::mt19937 rng(static_cast<unsigned>(d * 31 + ps + pages));
     auto k = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
     auto v = random_rows(static_cast<std::int64_t>(pages) * heads * ps, d, rng);
     // Rows that stress the exact clip threshold and the divisions (all values exact in bf16):
-    // zeros, signed zeros, a constant row, ties, subnormals, huge values, a single spike.
+    // zeros, signed zeros, a constant row, ties, subnormals, huge values, a single spike, a NaN,
+    // infinities.
     auto special = [d](std::vector<float>& x, std::size_t row, int kind) {
       for (int e = 0; e < d; ++e) {
         float& y = x[row * d + e];
@@ -132,15 +134,21 @@ TEST_P(Int2Store, DemotionIsBitExact) {
           case 5:
             y = std::ldexp(static_cast<float>(e % 7) - 3.0f, 100);
             break;
-          default:
+          case 6:
             y = e == 5 ? 64.0f : (e % 2 ? -0.25f : 0.25f);
+            break;
+          case 7:
+            y = e == 9 ? std::nanf("") : static_cast<float>(e % 4) - 1.5f;
+            break;
+          default:
+            y = e == 2 ? INFINITY : e == 7 ? -INFINITY : static_cast<float>(e % 4) - 1.5f;
             break;
         }
       }
     };
     const std::size_t total_rows = static_cast<std::size_t>(pages) * heads * ps;
     for (std::size_t base = 0; base < total_rows; base += 997) {  // spread over pages and batches
-      for (int kind = 0; kind < 7; ++kind) {
+      for (int kind = 0; kind < 9; ++kind) {
         if (base + kind * 5 + 1 >= total_rows) break;
         special(k, base + static_cast<std::size_t>(kind) * 3, kind);
         special(v, base + static_cast<std::size_t>(kind) * 5 + 1, kind);
@@ -157,44 +165,55 @@ TEST_P(Int2Store, DemotionIsBitExact) {
     DeviceBuffer<float> kc(k_clip), vc(v_clip);
     DeviceBuffer<std::int32_t> pp(pairs);
     const std::size_t rows = static_cast<std::size_t>(pages) * heads * ps;
-    DeviceBuffer<std::uint8_t> kcodes(rows * d / 4), vcodes(rows * d / 4);
-    DeviceBuffer<std::uint16_t> ksz(rows * 2), vsz(rows * 2);
-    DemotePagesParams p;
-    p.num_pages = pages;
-    p.num_kv_heads = heads;
-    p.head_dim = d;
-    p.page_size = ps;
-    p.page_pairs = pp.ptr;
-    p.k_bf16 = kb.ptr;
-    p.v_bf16 = vb.ptr;
-    p.k_clip = kc.ptr;
-    p.v_clip = vc.ptr;
-    p.k_codes = kcodes.ptr;
-    p.v_codes = vcodes.ptr;
-    p.k_scale_zero = ksz.ptr;
-    p.v_scale_zero = vsz.ptr;
-    ASSERT_EQ(demote_pages(p), Status::kOk) << last_error_message();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto got_kc = kcodes.download(), got_vc = vcodes.download();
-    const auto got_ksz = ksz.download(), got_vsz = vsz.download();
-    std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
-    std::uint16_t sz[2];
-    for (int i = 0; i < pages; ++i) {
-      const int src = pairs[2 * i], dst = pairs[2 * i + 1];
-      for (int h = 0; h < heads; ++h) {
-        for (int t = 0; t < ps; ++t) {
-          const std::size_t src_row = (static_cast<std::size_t>(src) * heads + h) * ps + t;
-          const std::size_t dst_row = (static_cast<std::size_t>(dst) * heads + h) * ps + t;
-          for (int kv = 0; kv < 2; ++kv) {
-            const auto& x = kv == 0 ? k : v;
-            ref::quantize_cache_row(&x[src_row * d], d, (kv == 0 ? k_clip : v_clip)[h],
-                                    packed.data(), sz);
-            const auto& codes = kv == 0 ? got_kc : got_vc;
-            const auto& scale_zero = kv == 0 ? got_ksz : got_vsz;
-            ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + dst_row * d / 4))
-                << (kv == 0 ? "K" : "V") << " page " << src << " head " << h << " row " << t;
-            ASSERT_EQ(scale_zero[dst_row * 2], sz[0]);
-            ASSERT_EQ(scale_zero[dst_row * 2 + 1], sz[1]);
+    for (const DemoteKernel kernel : {DemoteKernel::kWarpBatched, DemoteKernel::kRowPerThread}) {
+      SCOPED_TRACE(kernel == DemoteKernel::kWarpBatched ? "warp-batched kernel"
+                                                        : "row-per-thread kernel");
+      DeviceBuffer<std::uint8_t> kcodes(rows * d / 4), vcodes(rows * d / 4);
+      DeviceBuffer<std::uint16_t> ksz(rows * 2), vsz(rows * 2);
+      DemotePagesParams p;
+      p.num_pages = pages;
+      p.num_kv_heads = heads;
+      p.head_dim = d;
+      p.page_size = ps;
+      p.page_pairs = pp.ptr;
+      p.k_bf16 = kb.ptr;
+      p.v_bf16 = vb.ptr;
+      p.k_clip = kc.ptr;
+      p.v_clip = vc.ptr;
+      p.k_codes = kcodes.ptr;
+      p.v_codes = vcodes.ptr;
+      p.k_scale_zero = ksz.ptr;
+      p.v_scale_zero = vsz.ptr;
+      p.kernel = kernel;
+      ASSERT_EQ(demote_pages(p), Status::kOk) << last_error_message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto got_kc = kcodes.download(), got_vc = vcodes.download();
+      const auto got_ksz = ksz.download(), got_vsz = vsz.download();
+      std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
+      std::uint16_t sz[2];
+      for (int i = 0; i < pages; ++i) {
+        const int src = pairs[2 * i], dst = pairs[2 * i + 1];
+        for (int h = 0; h < heads; ++h) {
+          for (int t = 0; t < ps; ++t) {
+            const std::size_t src_row = (static_cast<std::size_t>(src) * heads + h) * ps + t;
+            const std::size_t dst_row = (static_cast<std::size_t>(dst) * heads + h) * ps + t;
+            for (int kv = 0; kv < 2; ++kv) {
+              const auto& x = kv == 0 ? k : v;
+              // Rows with a NaN or an infinity have no reference (it refuses them); the kernels
+              // take them through their exact path, and the rows around them must come out intact.
+              if (!std::all_of(&x[src_row * d], &x[src_row * d] + d,
+                               [](float e) { return std::isfinite(e); })) {
+                continue;
+              }
+              ref::quantize_cache_row(&x[src_row * d], d, (kv == 0 ? k_clip : v_clip)[h],
+                                      packed.data(), sz);
+              const auto& codes = kv == 0 ? got_kc : got_vc;
+              const auto& scale_zero = kv == 0 ? got_ksz : got_vsz;
+              ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + dst_row * d / 4))
+                  << (kv == 0 ? "K" : "V") << " page " << src << " head " << h << " row " << t;
+              ASSERT_EQ(scale_zero[dst_row * 2], sz[0]);
+              ASSERT_EQ(scale_zero[dst_row * 2 + 1], sz[1]);
+            }
           }
         }
       }
@@ -619,6 +638,26 @@ TEST(Int2Kernels, RejectBadArguments) {
   DemotePagesParams dp;
   EXPECT_EQ(demote_pages(dp), Status::kInvalidArgument);
   EXPECT_NE(std::string(last_error_message()), "");
+  // The row-per-thread kernel moves rows as 16-byte vectors: a pool off that alignment is refused
+  // before anything is read (the addresses below are never dereferenced).
+  static std::int32_t pairs[2] = {0, 0};
+  static float clip = 0.96f;
+  alignas(16) static std::uint8_t pool[64];
+  dp.num_pages = 0;
+  dp.num_kv_heads = 1;
+  dp.head_dim = 128;
+  dp.page_size = 16;
+  dp.page_pairs = pairs;
+  dp.k_clip = dp.v_clip = &clip;
+  dp.k_bf16 = dp.v_bf16 = reinterpret_cast<const bf16_bits*>(pool);
+  dp.k_codes = pool + 4;
+  dp.v_codes = pool;
+  dp.k_scale_zero = dp.v_scale_zero = reinterpret_cast<bf16_bits*>(pool);
+  dp.kernel = DemoteKernel::kRowPerThread;
+  EXPECT_EQ(demote_pages(dp), Status::kInvalidArgument);
+  EXPECT_NE(std::string(last_error_message()).find("aligned"), std::string::npos);
+  dp.kernel = DemoteKernel::kWarpBatched;
+  EXPECT_EQ(demote_pages(dp), Status::kOk);  // nothing to do, any alignment
 }
 
 }  // namespace

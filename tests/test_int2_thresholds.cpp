@@ -1,5 +1,6 @@
 // The threshold form of the INT2 quantizer of bf16 rows (kernels/src/int2_thresholds.h, used by the
-// CUDA demotion kernel) against the reference int2::quantize_group, on the CPU.
+// CUDA demotion kernels) and the row-per-thread quantizer built on it
+// (kernels/src/int2_row_thread.h) against the reference int2::quantize_group, on the CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,8 +10,10 @@
 #include <random>
 #include <vector>
 
+#include "int2_row_thread.h"
 #include "int2_thresholds.h"
 #include "oscar/int2.h"
+#include "oscar/int2_cache_reference.h"
 
 namespace {
 
@@ -228,6 +231,119 @@ TEST(Int2Thresholds, ThresholdCodesMatchTheReference) {
     // The search gives up rarely: rows that take the slow path cost the kernel a reload.
     EXPECT_LE(t.undecided * 1000, t.rows) << "kind " << kind;
   }
+}
+
+// The row as the kernels hold it: bf16 pairs, element 2 m in the low half of word m.
+template <int D>
+void to_words(const std::vector<float>& x, unsigned (&w)[D / 2]) {
+  for (int m = 0; m < D / 2; ++m) {
+    w[m] = (int2t::bits_of(x[2 * m]) >> 16) | (int2t::bits_of(x[2 * m + 1]) & 0xffff0000u);
+  }
+}
+
+struct ThreadTally {
+  std::int64_t rows = 0, exact_path = 0;
+};
+
+// One row through int2r (threshold key, then codes and scalars) against the reference cache row.
+// The row-per-thread quantizer must either match it bit for bit or decline exactly when the
+// threshold form cannot serve the row (then the kernel quantizes it the ordinary way).
+template <int D>
+bool check_thread_row(const std::vector<float>& x, float ratio, ThreadTally& tally) {
+  const int k = static_cast<int>(oscar::int2::clip_index(D, ratio));
+  const int r = D - 1 - k;
+  if (int2r::top_length(r) == 0) return true;  // the warp path's case
+  unsigned w[D / 2];
+  to_words<D>(x, w);
+  const unsigned key = int2r::threshold_key<D>(w, r);
+  const float t = oscar::int2::clip_threshold(x.data(), D, ratio);
+  if (int2t::bits_of(t) != key << 16) {
+    ADD_FAILURE() << "clip threshold " << int2t::float_of(key << 16) << ", reference " << t
+                  << " (r " << r << ")";
+    return false;
+  }
+  ++tally.rows;
+  unsigned codes[D / 16], scale_zero = 0;
+  const bool served = int2r::quantize_row<D>(w, key, codes, scale_zero);
+  const auto [mn, mx] = std::minmax_element(x.begin(), x.end());
+  const int2t::RowScalars rs = int2t::row_scalars(*mn, *mx, t);
+  bool decided = rs.reciprocal;
+  for (int j = 1; j <= 3 && decided; ++j) int2t::row_threshold(rs, j, &decided);
+  if (served != decided) {
+    ADD_FAILURE() << "served " << served << ", threshold form decided " << decided;
+    return false;
+  }
+  if (!served) {
+    ++tally.exact_path;
+    return true;
+  }
+  std::uint8_t packed[D / 4];
+  std::uint16_t sz[2];
+  oscar::int2::quantize_cache_row(x.data(), D, ratio, packed, sz);
+  for (int j = 0; j < D / 4; ++j) {
+    const unsigned got = (codes[j / 4] >> (8 * (j % 4))) & 0xffu;
+    if (got != packed[j]) {
+      ADD_FAILURE() << "byte " << j << ": " << got << ", reference " << int(packed[j]);
+      return false;
+    }
+  }
+  EXPECT_EQ(scale_zero & 0xffffu, sz[0]);
+  EXPECT_EQ(scale_zero >> 16, sz[1]);
+  return (scale_zero & 0xffffu) == sz[0] && (scale_zero >> 16) == sz[1];
+}
+
+template <int D>
+void check_thread_rows(std::mt19937& rng) {
+  // Clip ratios covering every top-list length at each size (r + 1 from 1 to 16) and one past it.
+  const float ratios[] = {1.0f, 0.99f, 0.97f, 0.96f, 0.94f, 0.92f, 0.9f, 0.88f, 0.85f, 0.8f, 0.75f};
+  constexpr int kRowsPerCase = 1500 * 128 / D;
+  for (int kind = 0; kind < static_cast<int>(Kind::kCount); ++kind) {
+    ThreadTally tally;
+    for (const float ratio : ratios) {
+      for (int i = 0; i < kRowsPerCase; ++i) {
+        std::vector<float> x = make_row(static_cast<Kind>(kind), D, rng);
+        ASSERT_TRUE(check_thread_row<D>(x, ratio, tally)) << "kind " << kind << " d " << D;
+        if (i % 4 != 0) continue;
+        // Ties at the clip threshold and at the code thresholds.
+        const float t = oscar::int2::clip_threshold(x.data(), D, ratio);
+        x[rng() % D] = rng() & 1 ? t : -t;
+        const auto [mn, mx] = std::minmax_element(x.begin(), x.end());
+        const int2t::RowScalars rs = int2t::row_scalars(*mn, *mx, t);
+        for (int j = 1; j <= 3 && rs.reciprocal; ++j) {
+          bool decided = false;
+          const float tj = from_bits16(int2t::row_threshold(rs, j, &decided));
+          if (!decided || !std::isfinite(tj)) continue;
+          x[rng() % D] = tj;
+          if (tj > rs.lo) x[rng() % D] = int2t::bf16_below(tj);
+        }
+        ASSERT_TRUE(check_thread_row<D>(x, ratio, tally)) << "ties, kind " << kind << " d " << D;
+      }
+    }
+    std::printf("d %d, kind %d: %lld rows, %lld left to the exact path\n", D, kind,
+                static_cast<long long>(tally.rows), static_cast<long long>(tally.exact_path));
+  }
+}
+
+TEST(Int2RowThread, MatchesTheReference) {
+  std::mt19937 rng(20261123u);
+  check_thread_rows<64>(rng);
+  check_thread_rows<128>(rng);
+  check_thread_rows<256>(rng);
+}
+
+// The packed stand-ins, and a row with a NaN (declined: the reference refuses it).
+TEST(Int2RowThread, PackedOperationsAndNaN) {
+  EXPECT_EQ(int2r::max_u16x2(0x00017fffu, 0x80000002u), 0x80007fffu);
+  EXPECT_EQ(int2r::min_u16x2(0x00017fffu, 0x80000002u), 0x00010002u);
+  EXPECT_EQ(int2r::even_bytes(0x44332211u, 0x88776655u), 0x77553311u);
+  // bf16 pairs (1.0, -2.0) >= (1.0, -1.0): low yes, high no; NaN never compares.
+  EXPECT_EQ(int2r::ge_mask(0xc0003f80u, 0xbf803f80u), 0x0000ffffu);
+  EXPECT_EQ(int2r::ge_mask(0x7fc03f80u, 0x3f807fc0u), 0u);
+  std::vector<float> x(128, 0.5f);
+  x[77] = std::nanf("");
+  unsigned w[64], codes[8], scale_zero = 0;
+  to_words<128>(x, w);
+  EXPECT_FALSE(int2r::quantize_row<128>(w, int2r::threshold_key<128>(w, 5), codes, scale_zero));
 }
 
 }  // namespace

@@ -321,19 +321,22 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Demotion (quantize-and-pack) throughput: many full pages of BF16 rows into INT2.
+  // Demotion (quantize-and-pack) throughput: many full pages of BF16 rows into INT2, with the
+  // default kernel (the headline figure) and each kernel, at clip ratios 0.96 for both and at the
+  // defaults (K 0.96, V 0.92: a longer clip selection for values), and the time of a small
+  // demotion (64 pages, a decode step's worth at a large batch).
   double demote_gbs = 0.0;
-  {
-    const int pages = 16384;
+  nlohmann::json demotions = nlohmann::json::array();
+  auto bench_demotion = [&](int pages, float k_clip, float v_clip, DemoteKernel kernel) {
     const std::size_t rows = static_cast<std::size_t>(pages) * hkv * ps;
     Buffer k(rows * d * 2), v(rows * d * 2), kc(rows * d / 4), vc(rows * d / 4), ksz(rows * 4),
-        vsz(rows * 4), clip(hkv * 4), pairs(pages * 8);
+        vsz(rows * 4), kclip(hkv * 4), vclip(hkv * 4), pairs(pages * 8);
     fill_bf16(k, rows * d, rng);
     fill_bf16(v, rows * d, rng);
-    std::vector<float> clips(hkv, 0.96f);
     std::vector<std::int32_t> pp(static_cast<std::size_t>(pages) * 2);
     for (int i = 0; i < pages; ++i) pp[2 * i] = pp[2 * i + 1] = i;
-    upload(clip, clips);
+    upload(kclip, std::vector<float>(hkv, k_clip));
+    upload(vclip, std::vector<float>(hkv, v_clip));
     upload(pairs, pp);
     DemotePagesParams p;
     p.num_pages = pages;
@@ -343,20 +346,39 @@ int main(int argc, char** argv) {
     p.page_pairs = pairs.as<std::int32_t>();
     p.k_bf16 = k.as<bf16_bits>();
     p.v_bf16 = v.as<bf16_bits>();
-    p.k_clip = p.v_clip = clip.as<float>();
+    p.k_clip = kclip.as<float>();
+    p.v_clip = vclip.as<float>();
     p.k_codes = kc.as<std::uint8_t>();
     p.v_codes = vc.as<std::uint8_t>();
     p.k_scale_zero = ksz.as<bf16_bits>();
     p.v_scale_zero = vsz.as<bf16_bits>();
+    p.kernel = kernel;
     if (demote_pages(p) != Status::kOk) die("demote");
     const double us = time_us([&] { demote_pages(p); }, o.iters);
     const double bytes = 2.0 * static_cast<double>(rows) * (d * 2 + d / 4 + 4);
-    demote_gbs = bytes / (us * 1e3);
+    const double gbs = bytes / (us * 1e3);
+    const char* name = kernel == DemoteKernel::kRowPerThread  ? "row-per-thread"
+                       : kernel == DemoteKernel::kWarpBatched ? "warp-batched"
+                                                              : "auto";
     fmt::print(
-        "\ndemotion (quantize-and-pack) of {} pages x {} heads: {:.1f} us, {:.0f} GB/s "
-        "({:.0f}% of copy), {:.1f} M rows/s\n",
-        pages, hkv, us, demote_gbs, 100.0 * demote_gbs / copy_gbs,
+        "demotion (quantize-and-pack, {}) of {} pages x {} heads, clip K {:.2f} V {:.2f}: "
+        "{:.1f} us, {:.0f} GB/s ({:.0f}% of copy), {:.1f} M rows/s\n",
+        name, pages, hkv, k_clip, v_clip, us, gbs, 100.0 * gbs / copy_gbs,
         2.0 * static_cast<double>(rows) / us);
+    demotions.push_back({{"kernel", name},
+                         {"pages", pages},
+                         {"k_clip", k_clip},
+                         {"v_clip", v_clip},
+                         {"us", us},
+                         {"gbs", gbs},
+                         {"fraction_of_copy", gbs / copy_gbs}});
+    return gbs;
+  };
+  fmt::print("\n");
+  demote_gbs = bench_demotion(16384, 0.96f, 0.96f, DemoteKernel::kAuto);
+  for (const DemoteKernel kernel : {DemoteKernel::kWarpBatched, DemoteKernel::kRowPerThread}) {
+    for (const float v_clip : {0.96f, 0.92f}) bench_demotion(16384, 0.96f, v_clip, kernel);
+    bench_demotion(64, 0.96f, 0.92f, kernel);
   }
 
   // Store (rotate + clip + quantize + pack) of a prefill chunk: new K/V rows of every KV head
@@ -442,6 +464,7 @@ int main(int argc, char** argv) {
                        {"recent", o.recent}}},
                      {"decode", points},
                      {"demotion_gbs", demote_gbs},
+                     {"demotion", demotions},
                      {"store_int2_gbs", store_int2_gbs},
                      {"store_bf16_gbs", store_bf16_gbs},
                      {"kv_bytes_per_token_layer", {{"bf16", bf16_tok}, {"int2", int2_tok}}},

@@ -1563,10 +1563,23 @@ Status demote_pages(const DemotePagesParams& p) {
       (p.page_size != 8 && p.page_size != 16) || p.page_pairs == nullptr || p.k_bf16 == nullptr ||
       p.v_bf16 == nullptr || p.k_codes == nullptr || p.v_codes == nullptr ||
       p.k_scale_zero == nullptr || p.v_scale_zero == nullptr || p.k_clip == nullptr ||
-      p.v_clip == nullptr) {
+      p.v_clip == nullptr || static_cast<int>(p.kernel) < 0 ||
+      static_cast<int>(p.kernel) > static_cast<int>(DemoteKernel::kRowPerThread)) {
     set_last_error("demote_pages: bad shape or missing buffer (head_dim %d, page_size %d)",
                    p.head_dim, p.page_size);
     return Status::kInvalidArgument;
+  }
+  if (p.kernel == DemoteKernel::kRowPerThread) {
+    const auto aligned = [](const void* ptr, std::uintptr_t to) {
+      return reinterpret_cast<std::uintptr_t>(ptr) % to == 0;
+    };
+    if (!aligned(p.k_bf16, 16) || !aligned(p.v_bf16, 16) || !aligned(p.k_codes, 16) ||
+        !aligned(p.v_codes, 16) || !aligned(p.k_scale_zero, 4) || !aligned(p.v_scale_zero, 4)) {
+      set_last_error(
+          "demote_pages: the row-per-thread kernel needs 16-byte aligned BF16 and code pools and "
+          "4-byte aligned scale pools");
+      return Status::kInvalidArgument;
+    }
   }
   if (p.num_pages == 0) return Status::kOk;
   return launch_demote_pages_fast(p);

@@ -1,7 +1,7 @@
 // Fast INT2 quantization of BF16 rows, bit-identical to the plain warp quantizer, and the demotion
 // kernel built on it. Included by int2_cache.cu inside its anonymous namespace, after
-// bf16_to_float, float_to_bf16, round_bf16 and kFullMask; it includes only int2_thresholds.h
-// (which includes nothing).
+// bf16_to_float, float_to_bf16, round_bf16 and kFullMask; it includes only int2_row_thread.h and
+// int2_thresholds.h (which include nothing else).
 //
 // Clip threshold: the magnitude at ascending position k. Inputs are bf16 values, so magnitudes
 // order like their 15-bit keys (bits 30..16) and the threshold is the order statistic of the keys,
@@ -15,6 +15,7 @@
 // multiply-add. Divisions by 3 and by the stored scale go through a reciprocal and one exact
 // remainder correction where that is proven to give the same bits (see divide_by).
 
+#include "int2_row_thread.h"  // NOLINT(build/include)
 #include "int2_thresholds.h"  // NOLINT(build/include)
 
 namespace int2q {
@@ -504,12 +505,6 @@ __device__ __forceinline__ void select_top_rows(const unsigned (*rows)[W], int r
   for (int i = 0; i < N; ++i) threshold[i] = static_cast<unsigned>(warp_max(s[i][0])) & 0xffff0000u;
 }
 
-// 0xffff in each half of w whose bf16 value is >= the one in the same half of t.
-__device__ __forceinline__ unsigned ge_mask(unsigned w, unsigned t) {
-  return __hge2_mask(*reinterpret_cast<const __nv_bfloat162*>(&w),
-                     *reinterpret_cast<const __nv_bfloat162*>(&t));
-}
-
 // The field (0..3) that lane `lane`'s word m fills in its bytes.
 template <int D>
 __device__ __forceinline__ int word_field(int lane, int m) {
@@ -657,8 +652,8 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
         unsigned fields = 0;
 #pragma unroll
         for (int m = 0; m < W; ++m) {
-          const unsigned g1 = ge_mask(w[i][m], t1), g2 = ge_mask(w[i][m], t2);
-          const unsigned g3 = ge_mask(w[i][m], t3);
+          const unsigned g1 = int2r::ge_mask(w[i][m], t1), g2 = int2r::ge_mask(w[i][m], t2);
+          const unsigned g3 = int2r::ge_mask(w[i][m], t3);
           // code = g1 + g2 + g3 (each 0 or 1, g1 >= g2 >= g3): bit 1 is g2, bit 0 g1 ^ g2 ^ g3.
           fields |= ((g1 ^ g2 ^ g3) & field_bit0[m]) | (g2 & (field_bit0[m] << 1));
         }
@@ -682,6 +677,85 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
         }
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row-per-thread demotion, for large demotions. A warp takes 32 consecutive rows of one (K or V,
+// KV head) across pages, so the clip ratio is the same for the whole warp, and each thread
+// quantizes one row alone (int2r::quantize_row: the row's words in its registers, the clip
+// threshold from a running top list of magnitude keys, the scalars and code thresholds once per
+// row), with no cross-lane reduction. The batched kernel's warp-wide work per row (pop rounds,
+// range reductions, scalars shared out across lanes) is ~160 warp instructions; here a row costs
+// its thread ~1600 instructions at a clip ratio of 0.96, ~50 warp instructions per row. Rows the
+// thresholds cannot serve and clip ratios whose top list would be too long (int2r::top_length)
+// go through demote_row_exact, the whole warp on one row.
+
+constexpr int kRowwiseWarps = 8;
+
+// One warp per 32 rows of one (K or V, KV head); rows run over pages in page order. Needs 16-byte
+// aligned pools (the launcher checks).
+template <int D>
+__global__ void __launch_bounds__(kRowwiseWarps * 32)
+    demote_pages_rowwise_kernel(DemotePagesParams p, int page_size_log2) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int rows_per_group = p.num_pages << page_size_log2;  // < 2^30 per launch
+  const int warps_per_group = (rows_per_group + 31) >> 5;
+  const std::int64_t warp_task =
+      static_cast<std::int64_t>(blockIdx.x) * kRowwiseWarps + (threadIdx.x >> 5);
+  if (warp_task >= std::int64_t{2} * p.num_kv_heads * warps_per_group) return;
+  const int group = static_cast<int>(warp_task / warps_per_group);
+  const int first = static_cast<int>(warp_task - std::int64_t{group} * warps_per_group) * 32;
+  const bool is_key = group < p.num_kv_heads;
+  const int head = is_key ? group : group - p.num_kv_heads;
+  const int k = clip_position<D>((is_key ? p.k_clip : p.v_clip)[head]);
+  const bf16_bits* source = is_key ? p.k_bf16 : p.v_bf16;
+  std::uint8_t* codes_pool = is_key ? p.k_codes : p.v_codes;
+  bf16_bits* scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
+
+  const int row = first + lane;
+  const bool active = row < rows_per_group;
+  std::int64_t src_row = 0, dst_row = 0;
+  if (active) {
+    const int page = row >> page_size_log2, offset = row & ((1 << page_size_log2) - 1);
+    src_row = ((static_cast<std::int64_t>(p.page_pairs[2 * page]) * p.num_kv_heads + head)
+               << page_size_log2) +
+              offset;
+    dst_row = ((static_cast<std::int64_t>(p.page_pairs[2 * page + 1]) * p.num_kv_heads + head)
+               << page_size_log2) +
+              offset;
+  }
+  const bool thread_path = k >= 0 && int2r::top_length(D - 1 - k) > 0;  // warp-uniform
+  bool stored = false;
+  if (thread_path) {
+    unsigned w[D / 2];
+    const uint4* src = reinterpret_cast<const uint4*>(source + src_row * D);
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const uint4 v = active ? __ldcs(src + i) : make_uint4(0, 0, 0, 0);
+      w[4 * i] = v.x;
+      w[4 * i + 1] = v.y;
+      w[4 * i + 2] = v.z;
+      w[4 * i + 3] = v.w;
+    }
+    const unsigned key = int2r::threshold_key<D>(w, D - 1 - k);
+    unsigned codes[D / 16], scale_zero;
+    stored = active && int2r::quantize_row<D>(w, key, codes, scale_zero);
+    if (stored) {
+      uint4* dst = reinterpret_cast<uint4*>(codes_pool + dst_row * (D / 4));
+#pragma unroll
+      for (int i = 0; i < D / 64; ++i) {
+        dst[i] = make_uint4(codes[4 * i], codes[4 * i + 1], codes[4 * i + 2], codes[4 * i + 3]);
+      }
+      reinterpret_cast<unsigned*>(scale_zero_pool)[dst_row] = scale_zero;
+    }
+  }
+  // The rest, one row at a time by the whole warp.
+  for (unsigned rest = __ballot_sync(kFullMask, active && !stored); rest != 0; rest &= rest - 1) {
+    const int i = __ffs(rest) - 1;
+    const std::int64_t s = __shfl_sync(kFullMask, src_row, i);
+    const std::int64_t d = __shfl_sync(kFullMask, dst_row, i);
+    demote_row_exact<D>(source + s * D, k, codes_pool + d * (D / 4), scale_zero_pool + 2 * d);
   }
 }
 
@@ -709,6 +783,8 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
   };
   const bool batched = aligned(p.k_bf16, 4) && aligned(p.v_bf16, 4) && aligned(p.k_codes, 2) &&
                        aligned(p.v_codes, 2);
+  // The row-per-thread kernel reads and writes rows as 16-byte vectors (demote_pages checks).
+  const bool rowwise = p.kernel == DemoteKernel::kRowPerThread;
   for (std::int64_t first = 0; first < p.num_pages; first += pages_per_launch) {
     DemotePagesParams part = p;
     part.num_pages =
@@ -720,7 +796,28 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
       return static_cast<unsigned>(
           std::min<std::int64_t>(row_warps, std::int64_t{sms} * min_blocks));
     };
-    if (batched) {
+    if (rowwise) {
+      const int page_size_log2 = p.page_size == 16 ? 4 : 3;
+      const std::int64_t warp_tasks = 2 * std::int64_t{p.num_kv_heads} *
+                                      ((std::int64_t{part.num_pages} * p.page_size + 31) / 32);
+      const auto rowwise_blocks =
+          static_cast<unsigned>((warp_tasks + int2q::kRowwiseWarps - 1) / int2q::kRowwiseWarps);
+      constexpr unsigned kRowwiseThreads = int2q::kRowwiseWarps * 32;
+      switch (p.head_dim) {
+        case 64:
+          int2q::demote_pages_rowwise_kernel<64>
+              <<<rowwise_blocks, kRowwiseThreads, 0, p.stream>>>(part, page_size_log2);
+          break;
+        case 128:
+          int2q::demote_pages_rowwise_kernel<128>
+              <<<rowwise_blocks, kRowwiseThreads, 0, p.stream>>>(part, page_size_log2);
+          break;
+        default:
+          int2q::demote_pages_rowwise_kernel<256>
+              <<<rowwise_blocks, kRowwiseThreads, 0, p.stream>>>(part, page_size_log2);
+          break;
+      }
+    } else if (batched) {
       switch (p.head_dim) {
         case 64:
           int2q::demote_pages_batched_kernel<64>

@@ -62,6 +62,13 @@ Status store_kv(const StoreKvParams& params);
 
 // Demotion: quantizes whole BF16 pages (already rotated rows) into INT2 pages, for every KV head;
 // page_pairs[2 i] is the source BF16 page, page_pairs[2 i + 1] the destination INT2 page.
+//
+// Both kernels give the same bits (those of the C++ reference). kWarpBatched: a warp quantizes 8
+// rows together (4 at d = 256), threshold selection across the warp; any pool alignment.
+// kRowPerThread: one thread per row, no cross-lane work per row, for large demotions; needs
+// 16-byte aligned pools. kAuto: kWarpBatched (kRowPerThread is not yet measured on a GPU).
+enum class DemoteKernel { kAuto, kWarpBatched, kRowPerThread };
+
 struct DemotePagesParams {
   int num_pages = 0;
   int num_kv_heads = 0, head_dim = 0, page_size = 0;
@@ -74,6 +81,7 @@ struct DemotePagesParams {
   std::uint8_t* v_codes = nullptr;
   bf16_bits* k_scale_zero = nullptr;
   bf16_bits* v_scale_zero = nullptr;
+  DemoteKernel kernel = DemoteKernel::kAuto;
   cudaStream_t stream = nullptr;
 };
 Status demote_pages(const DemotePagesParams& params);

@@ -1,0 +1,209 @@
+// One thread quantizes one whole bf16 row into the INT2 row format: clip threshold from a running
+// top list of magnitude keys, scalars and code thresholds from int2_thresholds.h, codes by three
+// packed comparisons per pair of elements. Shared by the CUDA row-per-thread demotion kernel and a
+// CPU test (the same operations on both sides; the packed 16-bit and bf16 operations have plain
+// C++ stand-ins on the host).
+//
+// Included by int2_quantize.cuh inside a namespace (and by the CPU test); it includes only
+// int2_thresholds.h. On the device it needs cuda_bf16.h (included by the .cu file before).
+#pragma once
+
+#include "int2_thresholds.h"  // NOLINT(build/include)
+
+#if defined(__CUDACC__)
+#define INT2R_FN __host__ __device__ __forceinline__
+#define INT2R_UNROLL _Pragma("unroll")
+#else
+#define INT2R_FN inline
+#define INT2R_UNROLL
+#endif
+
+namespace int2r {
+
+// The longest top list (r + 1 keys) a thread keeps; clip positions further from the top take
+// another path.
+constexpr int kTopMax = 16;
+
+// Halfwise unsigned 16-bit maximum and minimum of two words.
+INT2R_FN unsigned max_u16x2(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#elif defined(__CUDA_ARCH__)
+  return __vmaxu2(a, b);
+#else
+  const unsigned low = (a & 0xffffu) > (b & 0xffffu) ? a & 0xffffu : b & 0xffffu;
+  const unsigned high = (a >> 16) > (b >> 16) ? a >> 16 : b >> 16;
+  return low | (high << 16);
+#endif
+}
+INT2R_FN unsigned min_u16x2(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned d;
+  asm("min.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#elif defined(__CUDA_ARCH__)
+  return __vminu2(a, b);
+#else
+  const unsigned low = (a & 0xffffu) < (b & 0xffffu) ? a & 0xffffu : b & 0xffffu;
+  const unsigned high = (a >> 16) < (b >> 16) ? a >> 16 : b >> 16;
+  return low | (high << 16);
+#endif
+}
+
+// The bf16 values in the low and high half of a word, as floats.
+INT2R_FN float low_value(unsigned w) { return int2t::float_of(w << 16); }
+INT2R_FN float high_value(unsigned w) { return int2t::float_of(w & 0xffff0000u); }
+
+// 0xffff in each half of w whose bf16 value is >= the one in the same half of t (NaN: never).
+INT2R_FN unsigned ge_mask(unsigned w, unsigned t) {
+#if defined(__CUDA_ARCH__)
+  return __hge2_mask(*reinterpret_cast<const __nv_bfloat162*>(&w),
+                     *reinterpret_cast<const __nv_bfloat162*>(&t));
+#else
+  return (low_value(w) >= low_value(t) ? 0xffffu : 0u) |
+         (high_value(w) >= high_value(t) ? 0xffff0000u : 0u);
+#endif
+}
+
+// Bytes 0 and 2 of a, then bytes 0 and 2 of b (__byte_perm(a, b, 0x6420)).
+INT2R_FN unsigned even_bytes(unsigned a, unsigned b) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, 0x6420);
+#else
+  return (a & 0xffu) | ((a >> 8) & 0xff00u) | ((b & 0xffu) << 16) | ((b << 8) & 0xff000000u);
+#endif
+}
+
+// NaN-propagating halfwise minimum and maximum of bf16 pairs: a NaN anywhere reaches the result.
+// Which of -0 and +0 comes out is left open (row_scalars gives the same results for both).
+INT2R_FN void range_update(unsigned& low, unsigned& high, unsigned w) {
+#if defined(__CUDA_ARCH__)
+  using pair = __nv_bfloat162;
+  const pair x = *reinterpret_cast<const pair*>(&w);
+  const pair l = __hmin2_nan(*reinterpret_cast<const pair*>(&low), x);
+  const pair h = __hmax2_nan(*reinterpret_cast<const pair*>(&high), x);
+  low = *reinterpret_cast<const unsigned*>(&l);
+  high = *reinterpret_cast<const unsigned*>(&h);
+#else
+  const auto pick = [](unsigned a, unsigned b, bool want_min) {
+    const float x = int2t::float_of(a << 16), y = int2t::float_of(b << 16);
+    if (int2t::is_nan(x)) return a;
+    if (int2t::is_nan(y)) return b;
+    return (want_min ? y < x : y > x) ? b : a;
+  };
+  low = pick(low & 0xffffu, w & 0xffffu, true) | (pick(low >> 16, w >> 16, true) << 16);
+  high = pick(high & 0xffffu, w & 0xffffu, false) | (pick(high >> 16, w >> 16, false) << 16);
+#endif
+}
+
+// The top-list length used for position r from the top: the smallest of 1, 3, 6, 11 and kTopMax
+// that holds r + 1 keys (one list code path per length), or 0 when r >= kTopMax.
+INT2R_FN int top_length(int r) {
+  return r < 1 ? 1 : r < 3 ? 3 : r < 6 ? 6 : r < 11 ? 11 : r < kTopMax ? kTopMax : 0;
+}
+
+// The r-th largest (0-based, r < K) 15-bit magnitude key of a row of D bf16 values held as D / 2
+// pairs. Each word's two keys run down two descending top-K lists at once (the low and high
+// halves of top[]), two packed operations per list entry; the high list is then inserted into the
+// low one. The lists start at 0, the smallest key, which leaves every order statistic of the row's
+// D >= K keys unchanged.
+template <int D, int K>
+INT2R_FN unsigned top_key(const unsigned (&w)[D / 2], int r) {
+  static_assert(K >= 1 && K <= D, "top list longer than the row");
+  unsigned top[K];
+  INT2R_UNROLL
+  for (int i = 0; i < K; ++i) top[i] = 0;
+  INT2R_UNROLL
+  for (int m = 0; m < D / 2; ++m) {
+    unsigned x = w[m] & 0x7fff7fffu;
+    INT2R_UNROLL
+    for (int i = 0; i < K; ++i) {
+      const unsigned high = max_u16x2(top[i], x);
+      x = min_u16x2(top[i], x);
+      top[i] = high;
+    }
+  }
+  unsigned merged[K];
+  INT2R_UNROLL
+  for (int i = 0; i < K; ++i) merged[i] = top[i] & 0xffffu;
+  INT2R_UNROLL
+  for (int j = 0; j < K; ++j) {
+    unsigned x = top[j] >> 16;
+    INT2R_UNROLL
+    for (int i = 0; i < K; ++i) {
+      const unsigned high = merged[i] > x ? merged[i] : x;
+      x = merged[i] > x ? x : merged[i];
+      merged[i] = high;
+    }
+  }
+  unsigned key = merged[0];
+  INT2R_UNROLL
+  for (int i = 1; i < K; ++i) key = i == r ? merged[i] : key;
+  return key;
+}
+
+// The clip threshold's key for position r from the top, 0 <= r < kTopMax (top_length(r) > 0); the
+// switch is uniform across a warp whose rows share a clip ratio.
+template <int D>
+INT2R_FN unsigned threshold_key(const unsigned (&w)[D / 2], int r) {
+  switch (top_length(r)) {
+    case 1:
+      return top_key<D, 1>(w, r);
+    case 3:
+      return top_key<D, 3>(w, r);
+    case 6:
+      return top_key<D, 6>(w, r);
+    case 11:
+      return top_key<D, 11>(w, r);
+    default:
+      return top_key<D, kTopMax>(w, r);
+  }
+}
+
+// One row quantized: the packed codes (D / 16 words; byte j of the row is byte j % 4 of word
+// j / 4) and the (scale, zero) pair as one word (scale in the low half), for the clip threshold
+// whose 15-bit key is `key`. Returns false, with nothing set, when the row must be quantized the
+// ordinary way (a NaN, a scale outside divide_by's domain, an undecided code threshold).
+template <int D>
+INT2R_FN bool quantize_row(const unsigned (&w)[D / 2], unsigned key, unsigned (&codes)[D / 16],
+                           unsigned& scale_zero) {
+  unsigned low = w[0], high = w[0];
+  INT2R_UNROLL
+  for (int m = 1; m < D / 2; ++m) range_update(low, high, w[m]);
+  const float xmax = int2t::max_f(high_value(high), low_value(high));
+  if (int2t::is_nan(high_value(high)) || int2t::is_nan(low_value(high))) return false;
+  const float xmin = int2t::min_f(low_value(low), high_value(low));
+  const int2t::RowScalars rs = int2t::row_scalars(xmin, xmax, int2t::float_of(key << 16));
+  if (!rs.reciprocal) return false;
+  bool decided1, decided2, decided3;
+  const unsigned t1 = int2t::row_threshold(rs, 1, &decided1) * 0x10001u;
+  const unsigned t2 = int2t::row_threshold(rs, 2, &decided2) * 0x10001u;
+  const unsigned t3 = int2t::row_threshold(rs, 3, &decided3) * 0x10001u;
+  if (!(decided1 && decided2 && decided3)) return false;
+  // Word j holds elements 4 j + b + f D / 4 (byte b, field f): the pairs 2 j + f D / 8 and the
+  // next one. Per element, code = [x >= T1] + [x >= T2] + [x >= T3]; the comparisons are nested,
+  // so bit 1 is the second and bit 0 the parity of the three.
+  INT2R_UNROLL
+  for (int j = 0; j < D / 16; ++j) {
+    unsigned word = 0;
+    INT2R_UNROLL
+    for (int f = 0; f < 4; ++f) {
+      const unsigned a = w[2 * j + f * (D / 8)], b = w[2 * j + f * (D / 8) + 1];
+      const unsigned g1 = even_bytes(ge_mask(a, t1), ge_mask(b, t1));
+      const unsigned g2 = even_bytes(ge_mask(a, t2), ge_mask(b, t2));
+      const unsigned g3 = even_bytes(ge_mask(a, t3), ge_mask(b, t3));
+      word |= ((g1 ^ g2 ^ g3) & (0x01010101u << (2 * f))) | (g2 & (0x02020202u << (2 * f)));
+    }
+    codes[j] = word;
+  }
+  // Both are bf16 values, so their top halves are their bf16 bits.
+  scale_zero = (int2t::bits_of(rs.scale) >> 16) | (int2t::bits_of(rs.zero) & 0xffff0000u);
+  return true;
+}
+
+}  // namespace int2r
+
+#undef INT2R_FN
+#undef INT2R_UNROLL
