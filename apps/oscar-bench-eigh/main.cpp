@@ -15,6 +15,7 @@
 #include "oscar/error.h"
 #include "oscar/model.h"
 #include "oscar/version.h"
+#include "run_app.h"
 
 namespace {
 
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Seed of the random covariance matrices")->default_val(0);
   app.add_flag("--json", json, "Print results as JSON on stdout");
   CLI11_PARSE(app, argc, argv);
-  try {
+  return oscar_app::run_app("oscar-bench-eigh", [&]() -> int {
     if (threads > 0) torch::set_num_threads(threads);
     const torch::Device device = oscar::parse_device_name(device_name);
     torch::NoGradGuard no_grad;
@@ -139,10 +140,5 @@ int main(int argc, char** argv) {
     out["max_abs_eigenvalue"] = max_value;
     if (json) std::cout << out.dump(2) << "\n";
     return 0;
-  } catch (const oscar::Error& e) {
-    fmt::print(stderr, "oscar-bench-eigh: error: {}\n", e.what());
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "oscar-bench-eigh: error: {}\n", e.what());
-  }
-  return 1;
+  });
 }

@@ -14,6 +14,7 @@
 #include "oscar/model.h"
 #include "oscar/safetensors.h"
 #include "oscar/version.h"
+#include "run_app.h"
 
 namespace {
 
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
   app.add_flag("--breakdown", breakdown, "Also time each component of one layer at this shape");
   app.add_flag("--json", json, "Print results as JSON on stdout");
   CLI11_PARSE(app, argc, argv);
-  try {
+  return oscar_app::run_app("oscar-bench-forward", [&]() -> int {
     if (threads > 0) torch::set_num_threads(threads);
     oscar::LoadOptions load;
     load.device = oscar::parse_device_name(device_name);
@@ -236,10 +237,5 @@ int main(int argc, char** argv) {
     }
     if (json) std::cout << out.dump(2) << "\n";
     return 0;
-  } catch (const oscar::Error& e) {
-    fmt::print(stderr, "oscar-bench-forward: error: {}\n", e.what());
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "oscar-bench-forward: error: {}\n", e.what());
-  }
-  return 1;
+  });
 }

@@ -11,6 +11,7 @@
 #include "oscar/bundle.h"
 #include "oscar/error.h"
 #include "oscar/version.h"
+#include "run_app.h"
 
 namespace {
 
@@ -231,14 +232,11 @@ int main(int argc, char** argv) {
 
   app.set_version_flag("--version", std::string(oscar::version()));
   CLI11_PARSE(app, argc, argv);
-  try {
+  return oscar_app::run_app("oscar-bundle", [&]() -> int {
     if (inspect_cmd->parsed()) return inspect(o);
     if (verify_cmd->parsed()) return verify(o);
     if (export_cmd->parsed()) return oscar_bundle::run_export(ex);
     if (import_cmd->parsed()) return oscar_bundle::run_import(im);
     return oscar_bundle::run_diff(df);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "oscar-bundle: error: {}\n", e.what());
-  }
-  return 1;
+  });
 }

@@ -25,6 +25,7 @@
 #include "oscar/sha256.h"
 #include "oscar/tokenizer.h"
 #include "oscar/version.h"
+#include "run_app.h"
 
 #ifndef OSCAR_DATASETS_DIR
 #define OSCAR_DATASETS_DIR "datasets"
@@ -474,14 +475,5 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", o.quiet, "No progress output");
   app.set_version_flag("--version", std::string(oscar::version()));
   CLI11_PARSE(app, argc, argv);
-  try {
-    return run(o);
-  } catch (const oscar::Error& e) {
-    fmt::print(stderr, "oscar-calibrate: error: {}\n", e.what());
-  } catch (const c10::Error& e) {
-    fmt::print(stderr, "oscar-calibrate: error: {}\n", e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "oscar-calibrate: error: {}\n", e.what());
-  }
-  return 1;
+  return oscar_app::run_app("oscar-calibrate", [&]() -> int { return run(o); });
 }

@@ -22,6 +22,7 @@
 #include "oscar/progress.h"
 #include "oscar/tokenizer.h"
 #include "oscar/version.h"
+#include "run_app.h"
 #include "svg_plot.h"
 
 #ifndef OSCAR_DATASETS_DIR
@@ -444,14 +445,5 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", o.quiet, "No progress output");
   app.set_version_flag("--version", std::string(oscar::version()));
   CLI11_PARSE(app, argc, argv);
-  try {
-    return run(o);
-  } catch (const oscar::Error& e) {
-    fmt::print(stderr, "oscar-eval: error: {}\n", e.what());
-  } catch (const c10::Error& e) {
-    fmt::print(stderr, "oscar-eval: error: {}\n", e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "oscar-eval: error: {}\n", e.what());
-  }
-  return 1;
+  return oscar_app::run_app("oscar-eval", [&]() -> int { return run(o); });
 }

@@ -15,6 +15,7 @@
 #include "oscar/text.h"
 #include "oscar/tokenizer.h"
 #include "oscar/version.h"
+#include "run_app.h"
 
 namespace {
 
@@ -186,14 +187,5 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", o.quiet, "No progress output");
   app.set_version_flag("--version", std::string(oscar::version()));
   CLI11_PARSE(app, argc, argv);
-  try {
-    return run(o);
-  } catch (const oscar::Error& e) {
-    fmt::print(stderr, "oscar-run: error: {}\n", e.what());
-  } catch (const c10::Error& e) {
-    fmt::print(stderr, "oscar-run: error: {}\n", e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "oscar-run: error: {}\n", e.what());
-  }
-  return 1;
+  return oscar_app::run_app("oscar-run", [&]() -> int { return run(o); });
 }

@@ -11,6 +11,7 @@
 #include "oscar/error.h"
 #include "oscar/file.h"
 #include "oscar/tokenizer.h"
+#include "run_app.h"
 
 namespace {
 
@@ -161,12 +162,5 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-special", o.keep_special, "With --decode: keep special tokens");
   CLI11_PARSE(app, argc, argv);
   o.have_string = str->count() > 0;
-  try {
-    return run(o);
-  } catch (const oscar::Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-  }
-  return 1;
+  return oscar_app::run_app("oscar-tokenize", [&]() -> int { return run(o); });
 }
