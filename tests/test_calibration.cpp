@@ -345,11 +345,26 @@ TEST_F(CalibrationTest, CorruptOrForeignBundlesAreRejected) {
   flipped[flipped.size() - 5] ^= 0x10;  // a bit of the last tensor's data
   expect_error(flipped, "checksum");
   expect_error(bytes.substr(0, bytes.size() - 3), "bad.safetensors");
-  std::string newer = bytes;
-  const auto pos = newer.find("\\\"format_version\\\":1");
-  ASSERT_NE(pos, std::string::npos);
-  newer.replace(pos, 20, "\\\"format_version\\\":7");
-  expect_error(newer, "newer");
+  // A bundle from a newer writer: its manifest (and the manifest's checksum, which a newer writer
+  // computes too) says format_version 7. An edit without the checksum is damage.
+  {
+    const SafetensorsFile file(path);
+    std::string manifest = file.metadata().at("oscar");
+    const auto pos = manifest.find("\"format_version\":1");
+    ASSERT_NE(pos, std::string::npos);
+    manifest.replace(pos, 18, "\"format_version\":7");
+    std::vector<TensorToWrite> tensors;
+    for (const TensorInfo& t : file.tensors()) {
+      tensors.push_back({t.name, t.dtype, t.shape, file.data(t), t.nbytes()});
+    }
+    const std::string newer = dir_.file("newer.safetensors");
+    write_safetensors(newer, tensors,
+                      {{"oscar", manifest}, {kManifestChecksumKey, manifest_checksum(manifest)}});
+    expect_error(read_file(newer), "newer");
+    write_safetensors(newer, tensors,
+                      {{"oscar", manifest}, {kManifestChecksumKey, manifest_checksum(bytes)}});
+    expect_error(read_file(newer), "manifest checksum mismatch");
+  }
   EXPECT_THROW(read_bundle(dir_.file("missing.safetensors")), Error);
 
   // A bundle of another model.

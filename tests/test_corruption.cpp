@@ -15,7 +15,9 @@
 #include <functional>
 #include <initializer_list>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -147,14 +149,20 @@ struct OwnedTensor {
 };
 
 // Reads `path` (a bundle or statistics file), lets `edit` change its "oscar" manifest and tensors,
-// and writes it back: tampering that keeps the container itself valid.
+// and writes it back: tampering that keeps the container itself valid. A file with a manifest
+// checksum gets one for the edited manifest (unless `reseal` is false: then the old one stays), so
+// that a test reaches the check it aims at behind the manifest checksum.
 void rewrite(const std::string& path,
-             const std::function<void(json& manifest, std::vector<OwnedTensor>& tensors)>& edit) {
+             const std::function<void(json& manifest, std::vector<OwnedTensor>& tensors)>& edit,
+             bool reseal = true) {
   std::vector<OwnedTensor> tensors;
   json manifest;
+  std::optional<std::string> sealed_with;
   {
     const SafetensorsFile file(path);
     manifest = json::parse(file.metadata().at("oscar"));
+    const auto seal = file.metadata().find(kManifestChecksumKey);
+    if (seal != file.metadata().end()) sealed_with = seal->second;
     for (const TensorInfo& t : file.tensors()) {
       tensors.push_back({t.name, t.dtype, t.shape,
                          std::string(reinterpret_cast<const char*>(file.data(t)), t.nbytes())});
@@ -165,7 +173,10 @@ void rewrite(const std::string& path,
   for (const OwnedTensor& t : tensors) {
     out.push_back({t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size()});
   }
-  write_safetensors(path, out, {{"oscar", manifest.dump()}});
+  const std::string text = manifest.dump();
+  std::map<std::string, std::string> metadata = {{"oscar", text}};
+  if (sealed_with) metadata[kManifestChecksumKey] = reseal ? manifest_checksum(text) : *sealed_with;
+  write_safetensors(path, out, metadata);
 }
 
 OwnedTensor& tensor_named(std::vector<OwnedTensor>& tensors, const std::string& name) {
@@ -325,6 +336,40 @@ TEST_F(Corruption, ManifestDamage) {
   expect_error([&] { read_bundle(bundle_path_); }, {bundle_path_, "not an OSCAR bundle"});
   write_safetensors(bundle_path_, {{"x", DType::F32, {1}, x.data(), 4}}, {{"oscar", "{nope"}});
   expect_error([&] { read_bundle(bundle_path_); }, {"bundle manifest is not valid JSON"});
+}
+
+TEST_F(Corruption, ManifestChecksum) {
+  EXPECT_TRUE(read_bundle(bundle_path_).manifest_checksummed);
+  {
+    const SafetensorsFile file(bundle_path_);
+    EXPECT_EQ(file.metadata().at(kManifestChecksumKey),
+              manifest_checksum(file.metadata().at("oscar")));
+  }
+  const std::string whole = slurp(bundle_path_);
+  // Any change to the manifest, even to a value no other check looks at, breaks the seal.
+  rewrite(
+      bundle_path_, [](json& m, std::vector<OwnedTensor>&) { m["calibration"]["device"] = "cuda"; },
+      /*reseal=*/false);
+  expect_error([&] { read_bundle(bundle_path_); },
+               {bundle_path_, "manifest checksum mismatch", "the file is corrupt"});
+  write_raw(bundle_path_, whole);
+  const SafetensorsFile file(bundle_path_);
+  const std::string& text = file.metadata().at("oscar");
+  std::vector<TensorToWrite> out;
+  for (const TensorInfo& t : file.tensors()) {
+    out.push_back({t.name, t.dtype, t.shape, file.data(t), t.nbytes()});
+  }
+  const std::string other = dir_.file("other.safetensors");
+  // The text is sealed byte for byte: the same manifest laid out differently is a change.
+  write_safetensors(
+      other, out,
+      {{"oscar", json::parse(text).dump(2)}, {kManifestChecksumKey, manifest_checksum(text)}});
+  expect_error([&] { read_bundle(other); }, {"manifest checksum mismatch"});
+  // A bundle written before manifest checksums (no entry) still reads.
+  write_safetensors(other, out, {{"oscar", text}});
+  const Bundle old = read_bundle(other);
+  EXPECT_FALSE(old.manifest_checksummed);
+  EXPECT_EQ(bundle_manifest_json(old), text);  // the reader rebuilds the writer's exact text
 }
 
 TEST_F(Corruption, InvalidValuesWithAValidChecksum) {

@@ -89,6 +89,9 @@ int verify(const Options& o) {
   const oscar::Bundle b = oscar::read_bundle(o.bundle_path);  // format, shapes, checksum
   report["manifest"] = "ok";
   report["checksum"] = "ok";
+  const char* manifest_checksum =
+      b.manifest_checksummed ? "ok" : "absent (written before manifest checksums)";
+  report["manifest_checksum"] = manifest_checksum;
   const double k_err = oscar::max_orthogonality_error(b, 'k');
   const double v_err = oscar::max_orthogonality_error(b, 'v');
   report["orthogonality_error"] = {{"k", k_err}, {"v", v_err}, {"tolerance", o.tolerance}};
@@ -125,8 +128,11 @@ int verify(const Options& o) {
   if (o.json) {
     std::cout << report.dump(2) << "\n";
   } else {
-    fmt::print("{}: manifest ok, checksum ok, orthogonality K {:.2e} V {:.2e}{}\n", o.bundle_path,
-               k_err, v_err, o.model_dir.empty() ? "" : ", model checked");
+    fmt::print(
+        "{}: manifest ok, manifest checksum {}, tensor checksum ok, orthogonality K {:.2e} V "
+        "{:.2e}{}\n",
+        o.bundle_path, manifest_checksum, k_err, v_err,
+        o.model_dir.empty() ? "" : ", model checked");
     for (const auto& f : failures) fmt::print("FAILED: {}\n", f);
     if (failures.empty()) fmt::print("verified\n");
   }

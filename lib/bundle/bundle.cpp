@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "oscar/error.h"
 #include "oscar/file.h"
@@ -219,7 +220,6 @@ Bundle manifest_from_json(const std::string& text, const std::string& origin) {
               "{}: bundle format_version {} is newer than this tool reads ({}); upgrade oscar",
               origin, version, kBundleFormatVersion);
   OSCAR_CHECK(version >= 1, "{}: invalid bundle format_version {}", origin, version);
-
   Bundle b;
   const json& m = r.object(j, "model");
   b.model.architecture = r.string(m, "architecture");
@@ -380,6 +380,8 @@ std::string bundle_manifest_json(const Bundle& bundle, int indent) {
   return manifest_to_json(bundle).dump(indent);
 }
 
+std::string manifest_checksum(std::string_view manifest_json) { return sha256_hex(manifest_json); }
+
 void write_bundle(const std::string& path, Bundle& bundle) {
   validate_bundle(bundle, path);
   bundle.tensor_sha256 = bundle_checksum(bundle);
@@ -388,7 +390,10 @@ void write_bundle(const std::string& path, Bundle& bundle) {
     tensors.push_back({slot.name, DType::F32, slot.shape, slot.values->data(),
                        slot.values->size() * sizeof(float)});
   }
-  write_safetensors(path, tensors, {{"oscar", bundle_manifest_json(bundle)}});
+  const std::string manifest = bundle_manifest_json(bundle);
+  write_safetensors(path, tensors,
+                    {{"oscar", manifest}, {kManifestChecksumKey, manifest_checksum(manifest)}});
+  bundle.manifest_checksummed = true;
 }
 
 Bundle read_bundle(const std::string& path) {
@@ -406,7 +411,18 @@ Bundle parse_bundle(const std::uint8_t* bytes, std::size_t size, const std::stri
   const auto manifest = header.metadata.find("oscar");
   OSCAR_CHECK(manifest != header.metadata.end(),
               "{}: not an OSCAR bundle (no 'oscar' manifest in the safetensors metadata)", origin);
+  // The manifest's checksum, when the file has one (older bundles have none; readers that predate
+  // it ignore the entry, so it needs no new format version). Checked before the manifest is read,
+  // so a damaged manifest is reported as such whatever it now says.
+  const auto sealed = header.metadata.find(kManifestChecksumKey);
+  if (sealed != header.metadata.end()) {
+    const std::string actual = manifest_checksum(manifest->second);
+    OSCAR_CHECK(sealed->second == actual,
+                "{}: manifest checksum mismatch ({} {}, manifest {}): the file is corrupt", origin,
+                kManifestChecksumKey, sealed->second, actual);
+  }
   Bundle b = manifest_from_json(manifest->second, origin);
+  b.manifest_checksummed = sealed != header.metadata.end();
 
   // Every tensor the manifest implies must be present with its dtype and shape; nothing else may
   // be.

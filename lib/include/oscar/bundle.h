@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "oscar/config.h"
@@ -12,6 +13,8 @@
 namespace oscar {
 
 inline constexpr const char* kBundleFormatName = "oscar-rotation-bundle";
+// The safetensors metadata entry holding sha256 of the manifest text (metadata entry "oscar").
+inline constexpr const char* kManifestChecksumKey = "oscar_manifest_sha256";
 // The newest version this build reads and writes. Version 2 adds key smoothing (k_smooth); a
 // bundle without smoothing is still written as version 1 so that version-1 readers load it.
 inline constexpr int kBundleFormatVersion = 2;
@@ -82,6 +85,9 @@ struct Bundle {
   std::string tool_version, git_commit;
   std::string created;        // ISO-8601 UTC; the only clock-dependent field
   std::string tensor_sha256;  // filled by write_bundle / checked by read_bundle
+  // read_bundle: the file carried a manifest checksum and it matched (bundles written before
+  // manifest checksums have none).
+  bool manifest_checksummed = false;
   std::vector<LayerRotations> layers;
 
   std::int64_t d() const { return model.head_dim; }
@@ -94,12 +100,13 @@ struct Bundle {
 // oscar::Error naming the layer and tensor at fault.
 void validate_bundle(const Bundle& bundle, const std::string& origin);
 
-// Writes `bundle` as one safetensors file, atomically. Fills bundle.tensor_sha256.
+// Writes `bundle` as one safetensors file, atomically, with the manifest's checksum beside it.
+// Fills bundle.tensor_sha256.
 void write_bundle(const std::string& path, Bundle& bundle);
 
 // Reads and fully validates a bundle: safetensors header, manifest format name and version (newer
-// versions are rejected), every expected tensor present with its dtype and shape and nothing
-// unexpected, the tensor checksum.
+// versions are rejected), the manifest checksum when the manifest has one, every expected tensor
+// present with its dtype and shape and nothing unexpected, the tensor checksum.
 Bundle read_bundle(const std::string& path);
 
 // read_bundle on the bytes of a whole bundle file already in memory; `origin` names it in errors.
@@ -107,6 +114,10 @@ Bundle parse_bundle(const std::uint8_t* bytes, std::size_t size, const std::stri
 
 // The manifest as JSON text (what `__metadata__["oscar"]` holds).
 std::string bundle_manifest_json(const Bundle& bundle, int indent = -1);
+
+// sha256 (hex) of the manifest text exactly as stored: what write_bundle puts in the metadata
+// entry kManifestChecksumKey, and what read_bundle checks when that entry is present.
+std::string manifest_checksum(std::string_view manifest_json);
 
 // The format version the bundle's content needs (1, or 2 when keys are smoothed): what
 // write_bundle writes, and what a bundle read from a file was.
