@@ -167,6 +167,48 @@ TEST_F(CalibrationTest, MergeOfHalvesEqualsOnePass) {
   EXPECT_THROW(first.merge(other), Error);
 }
 
+// Sharded key-weighted calibration: the main passes merge, each shard runs its key-weighted pass
+// with C_Q from the merged main pass, and those parts merge into what one run gives.
+TEST_F(CalibrationTest, ShardedKeyWeightPassEqualsOnePass) {
+  KvStatistics whole = stream(0, 6, 2);
+  whole.begin_keyweight_pass();
+  feed(whole, 0, 6, 2);
+
+  KvStatistics main = stream(0, 2, 2);
+  main.merge(stream(2, 6, 2));
+  StatsProvenance p;
+  main.save(dir_.file("main.safetensors"), p);
+  KvStatistics part1 = KvStatistics::load(dir_.file("main.safetensors"), torch::kCPU);
+  KvStatistics part2 = KvStatistics::load(dir_.file("main.safetensors"), torch::kCPU);
+  part1.begin_keyweight_pass();
+  feed(part1, 0, 2, 2);
+  part2.begin_keyweight_pass();
+  feed(part2, 2, 6, 2);
+  part2.keyweight_sequences = 4;
+  part2.save(dir_.file("kw2.safetensors"), p);  // a shard's part travels as a file
+  part1.keyweight_sequences = 2;
+  part1.merge(KvStatistics::load(dir_.file("kw2.safetensors"), torch::kCPU));
+  EXPECT_EQ(part1.main_tokens(), whole.main_tokens());
+  EXPECT_EQ(part1.keyweight_tokens(), whole.keyweight_tokens());
+  EXPECT_EQ(part1.keyweight_sequences, 6);
+  for (std::int64_t l = 0; l < spec_.layers; ++l) {
+    EXPECT_LT(rel_diff(part1.keyweight_value_covariance(l), whole.keyweight_value_covariance(l)),
+              kStreamTol);
+    EXPECT_TRUE(torch::equal(part1.query_covariance(l), main.query_covariance(l)));
+  }
+  // Parts weighted by another C_Q (a shard's own main pass) do not merge, nor do the two passes.
+  KvStatistics own = stream(0, 2, 2);
+  own.begin_keyweight_pass();
+  feed(own, 0, 2, 2);
+  try {
+    part1.merge(own);
+    ADD_FAILURE() << "merged key-weighted parts of different main passes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another main pass"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(main.merge(own), Error);
+}
+
 TEST_F(CalibrationTest, ResumeEqualsUninterruptedRunBitForBit) {
   StatsProvenance p;
   p.model_name = "tiny";

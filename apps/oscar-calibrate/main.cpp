@@ -48,7 +48,7 @@ struct Options {
   double clip_k = 0.96, clip_v = 0.92, smooth_keys = 0.5;
   std::int64_t group_size = 0, sink = 64, recent = 256;
   std::string scale_dtype = "bf16", eigen = "auto";
-  std::string save_stats, resume_stats, shard = "0/1";
+  std::string save_stats, resume_stats, keyweight_from, shard = "0/1";
   std::vector<std::string> merge_stats;
   double save_interval = 60.0;
   int threads = 0;
@@ -229,14 +229,23 @@ int run(Options o) {
     }
     OSCAR_CHECK(!o.clip_search,
                 "--clip-search needs the data and the model: not with --merge-stats");
-    OSCAR_CHECK(rot.value_objective == oscar::ValueObjective::kAttn,
-                "--merge-stats supports --value-objective attn only (the key-weighted proxy "
-                "needs a pass over the data with the merged C_Q)");
+    OSCAR_CHECK(o.keyweight_from.empty(),
+                "--keyweight-from starts a data pass: not with "
+                "--merge-stats");
+    OSCAR_CHECK(rot.value_objective == oscar::ValueObjective::kAttn || stats->in_keyweight_pass(),
+                "--value-objective keyweight needs key-weighted statistics: merge the main-pass "
+                "shards (--merge-stats ... --save-stats main.st), run each shard's key-weighted "
+                "pass from them (--shard I/N --value-objective keyweight --keyweight-from main.st "
+                "--save-stats kw_I.st), then merge those");
     tokens_used = stats->main_tokens();
     if (!o.quiet) {
-      fmt::print(stderr, "merged {} statistics files: {} tokens\n", o.merge_stats.size(),
-                 tokens_used);
+      fmt::print(stderr, "merged {} statistics files: {} tokens{}\n", o.merge_stats.size(),
+                 tokens_used,
+                 stats->in_keyweight_pass()
+                     ? fmt::format(" ({} in the key-weighted pass)", stats->keyweight_tokens())
+                     : "");
     }
+    if (!o.save_stats.empty()) stats->save(o.save_stats, provenance);
   } else {
     if (o.data_path.empty()) o.data_path = default_data_path();
     oscar::LoadOptions load;
@@ -281,6 +290,9 @@ int run(Options o) {
                  data.name, oscar::data_format_name(data.format), data.documents,
                  data.available_tokens, selected.size(), data.seq_len);
     }
+    OSCAR_CHECK(
+        o.keyweight_from.empty() || rot.value_objective == oscar::ValueObjective::kKeyWeight,
+        "--keyweight-from runs the key-weighted pass: give --value-objective keyweight");
     if (!o.resume_stats.empty() && oscar::file_exists(o.resume_stats)) {
       oscar::StatsProvenance saved;
       stats.emplace(oscar::KvStatistics::load(o.resume_stats, device, &saved));
@@ -292,6 +304,28 @@ int run(Options o) {
       if (!o.quiet) {
         fmt::print(stderr, "resuming from {}: {} + {} sequences done\n", o.resume_stats,
                    stats->main_sequences, stats->keyweight_sequences);
+      }
+    } else if (!o.keyweight_from.empty()) {
+      // The second pass of a sharded key-weighted calibration: C_Q from the merged main pass of
+      // all shards, so that every shard weights its values alike and the parts merge.
+      oscar::StatsProvenance main_pass;
+      stats.emplace(oscar::KvStatistics::load(o.keyweight_from, device, &main_pass));
+      check_same_source(main_pass, provenance,
+                        fmt::format("statistics '{}' do not fit this run", o.keyweight_from),
+                        false);
+      OSCAR_CHECK(main_pass.dataset_sha256 == provenance.dataset_sha256 &&
+                      main_pass.seed == provenance.seed,
+                  "statistics '{}' come from other data ({}, seed {}) than this run ({}, seed {})",
+                  o.keyweight_from, main_pass.dataset_name, main_pass.seed, provenance.dataset_name,
+                  provenance.seed);
+      OSCAR_CHECK(!stats->in_keyweight_pass(),
+                  "statistics '{}' are already in the key-weighted pass: give the merged "
+                  "main-pass statistics",
+                  o.keyweight_from);
+      stats->begin_keyweight_pass();
+      if (!o.quiet) {
+        fmt::print(stderr, "key-weighted pass with C_Q from {} ({} tokens)\n", o.keyweight_from,
+                   stats->main_tokens());
       }
     } else {
       stats.emplace(config.num_layers, config.num_heads, config.num_kv_heads, config.head_dim,
@@ -467,6 +501,9 @@ int main(int argc, char** argv) {
   app.add_option("--merge-stats", o.merge_stats,
                  "Merge saved statistics files (shards) instead of reading data")
       ->delimiter(',');
+  app.add_option("--keyweight-from", o.keyweight_from,
+                 "Sharded --value-objective keyweight: run only the key-weighted pass, with C_Q "
+                 "from these merged main-pass statistics");
   app.add_option("--shard", o.shard, "Use sequences i with i % N == I (I/N), for sharded runs")
       ->default_val("0/1");
   app.add_option("--threads", o.threads, "CPU threads (0: LibTorch default)")->default_val(0);

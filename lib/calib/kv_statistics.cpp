@@ -188,9 +188,38 @@ void KvStatistics::merge(const KvStatistics& other) {
               "layers {}/{} heads d {})",
               num_layers_, num_heads_, num_kv_heads_, head_dim_, other.num_layers_,
               other.num_heads_, other.num_kv_heads_, other.head_dim_);
-  OSCAR_CHECK(keyweight_tokens_ == 0 && other.keyweight_tokens_ == 0,
-              "key-weighted statistics cannot be merged: each part weighted its values by its own "
-              "C_Q; merge the main-pass statistics and run the key-weighted pass afterwards");
+  OSCAR_CHECK(keyweight_pass_ == other.keyweight_pass_,
+              "cannot merge main-pass statistics with statistics of the key-weighted pass");
+  if (keyweight_pass_) {
+    // Key-weighted sums add up only when every part weighted by the same C_Q, which holds when
+    // each part began its second pass from the same (merged) main-pass statistics: then their main
+    // sums are equal too and are kept once.
+    for (std::int64_t i = 0; i < num_layers_; ++i) {
+      Layer& a = layers_[static_cast<std::size_t>(i)];
+      const Layer& b = other.layers_[static_cast<std::size_t>(i)];
+      const bool same_main = torch::equal(a.weight_cq, b.weight_cq.to(device_)) &&
+                             torch::equal(a.q_sum, b.q_sum.to(device_)) &&
+                             torch::equal(a.o_sum, b.o_sum.to(device_)) &&
+                             torch::equal(a.k_sum, b.k_sum.to(device_)) &&
+                             torch::equal(a.k_sq_sum, b.k_sq_sum.to(device_)) &&
+                             torch::equal(a.v_sum, b.v_sum.to(device_)) &&
+                             main_tokens_ == other.main_tokens_;
+      OSCAR_CHECK(same_main,
+                  "key-weighted statistics of layer {} come from another main pass: each part "
+                  "must run its key-weighted pass from the same merged main-pass statistics "
+                  "(oscar-calibrate --keyweight-from)",
+                  i);
+    }
+    for (std::int64_t i = 0; i < num_layers_; ++i) {
+      Layer& a = layers_[static_cast<std::size_t>(i)];
+      const Layer& b = other.layers_[static_cast<std::size_t>(i)];
+      a.kw_sum += b.kw_sum.to(device_);
+      a.w_sum += b.w_sum.to(device_);
+    }
+    keyweight_tokens_ += other.keyweight_tokens_;
+    keyweight_sequences += other.keyweight_sequences;
+    return;
+  }
   for (std::int64_t i = 0; i < num_layers_; ++i) {
     Layer& a = layers_[static_cast<std::size_t>(i)];
     const Layer& b = other.layers_[static_cast<std::size_t>(i)];

@@ -57,6 +57,42 @@ $calibrate "${common[@]}" --clip-search --sink 4 --recent 32 --out "$tmp/search.
   >/dev/null && $bundle inspect --json "$tmp/search.safetensors" | grep -q '"clip_method": "search"'
 check clip-search $?
 
+# Shards: two halves of the data (every 2nd sequence each) merged give the one-run bundle up to
+# float64 summation order; the key-weighted proxy the same way, its second pass run per shard with
+# C_Q from the merged main pass.
+half=(--model "$model" --seq-len 256 --tokens 4096 -q)
+for i in 0 1; do
+  $calibrate "${half[@]}" --shard $i/2 --save-stats "$tmp/main$i.st" >/dev/null || fails_shard=1
+done
+$calibrate --model "$model" --merge-stats "$tmp/main0.st,$tmp/main1.st" --save-stats "$tmp/main.st" \
+  --out "$tmp/merged.safetensors" -q >/dev/null &&
+  $bundle diff "$tmp/a.safetensors" "$tmp/merged.safetensors" >"$tmp/diff.txt" && [ -z "${fails_shard:-}" ]
+check "sharded = one run" $?
+for i in 0 1; do
+  $calibrate "${half[@]}" --shard $i/2 --value-objective keyweight --keyweight-from "$tmp/main.st" \
+    --save-stats "$tmp/kw$i.st" >/dev/null || fails_kw=1
+done
+$calibrate --model "$model" --merge-stats "$tmp/kw0.st,$tmp/kw1.st" --value-objective keyweight \
+  --out "$tmp/kw-merged.safetensors" -q >/dev/null &&
+  $calibrate "${common[@]}" --value-objective keyweight --out "$tmp/kw-one.safetensors" >/dev/null &&
+  $bundle diff "$tmp/kw-one.safetensors" "$tmp/kw-merged.safetensors" >"$tmp/diff-kw.txt" &&
+  [ -z "${fails_kw:-}" ]
+check "sharded keyweight = one run" $?
+expect_fail keyweight-merge-of-main-passes "needs key-weighted statistics" $calibrate \
+  --model "$model" --merge-stats "$tmp/main0.st,$tmp/main1.st" --value-objective keyweight \
+  --out "$tmp/x.safetensors" -q
+expect_fail merge-main-with-keyweight "cannot merge main-pass statistics" $calibrate \
+  --model "$model" --merge-stats "$tmp/kw0.st,$tmp/main1.st" --out "$tmp/x.safetensors" -q
+expect_fail keyweight-from-needs-objective "give --value-objective keyweight" $calibrate \
+  "${half[@]}" --keyweight-from "$tmp/main.st" --out "$tmp/x.safetensors"
+# A part whose C_Q came from one shard's own main pass does not merge with the others.
+$calibrate "${half[@]}" --shard 0/2 --value-objective keyweight --keyweight-from "$tmp/main0.st" \
+  --save-stats "$tmp/kw-own.st" >/dev/null
+check keyweight-from-one-shard $?
+expect_fail keyweight-parts-of-other-main-passes "another main pass" $calibrate --model "$model" \
+  --merge-stats "$tmp/kw-own.st,$tmp/kw1.st" --value-objective keyweight \
+  --out "$tmp/x.safetensors" -q
+
 # Bad input: clear errors and no output file.
 expect_fail unwritable "not exist" $calibrate "${common[@]}" --out "$tmp/no/dir/b.safetensors"
 expect_fail too-few-tokens "full-rank" $calibrate --model "$model" --seq-len 4 --tokens 4 \

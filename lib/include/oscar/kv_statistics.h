@@ -68,8 +68,10 @@ class KvStatistics : public AttentionObserver {
   // Raises oscar::Error naming the first layer whose sums hold NaN or Inf (non-finite activations).
   void check_finite() const;
 
-  // Adds `other` (same shapes) into this accumulator. Key-weighted sums only merge when both
-  // accumulators weighted by the same C_Q, which shards cannot guarantee, so that is refused.
+  // Adds `other` (same shapes) into this accumulator. Main-pass sums add up. Statistics in the
+  // key-weighted pass merge only when both began it from the same main-pass statistics (equal main
+  // sums and frozen C_Q, checked): then the key-weighted sums add up and the main sums are kept
+  // once. A main-pass accumulator and a key-weighted one do not merge.
   void merge(const KvStatistics& other);
 
   // Saves to a safetensors file (float64 sums, a JSON manifest with the counts and `provenance`),
