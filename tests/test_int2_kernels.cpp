@@ -224,109 +224,123 @@ TEST_P(Int2Store, DemotionIsBitExact) {
 TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const auto [d, ps] = GetParam();
-  const int heads = 2, tokens = 2 * ps + 3;
+  const int heads = 2;
   std::mt19937 rng(static_cast<unsigned>(d + ps));
-  const auto k = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
-  const auto v = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
-  for (const bool identity : {true, false}) {
-    std::vector<float> rk = random_rotation(heads, d, rng), rv = random_rotation(heads, d, rng);
-    std::vector<float> k_mean(static_cast<std::size_t>(heads * d)), k_smooth(k_mean.size()),
-        v_mean(k_mean.size());
-    for (std::size_t i = 0; i < k_mean.size(); ++i) {
-      k_mean[i] = identity ? 0.0f : 0.25f * static_cast<float>(i % 5);
-      k_smooth[i] = identity ? 1.0f : 0.5f + 0.25f * static_cast<float>(i % 4);
-      v_mean[i] = identity ? 0.0f : -0.125f * static_cast<float>(i % 3);
-    }
-    if (identity) {
-      std::fill(rk.begin(), rk.end(), 0.0f);
-      for (int h = 0; h < heads; ++h) {
-        for (int i = 0; i < d; ++i) rk[(static_cast<std::size_t>(h) * d + i) * d + i] = 1.0f;
+  // A partial tile, and enough 32-token tiles that the tensor-core path's warps take several each.
+  for (const int tokens : {2 * ps + 3, 9001}) {
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    const auto k = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
+    const auto v = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
+    // 0: identity rotation; 1: a random rotation of the raw rows (no mean, no smoothing: the input
+    // is bf16 as it stands); 2: a random rotation with centring and key smoothing.
+    for (const int variant : {0, 1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "variant " << variant);
+      const bool identity = variant == 0, centred = variant == 2;
+      std::vector<float> rk = random_rotation(heads, d, rng), rv = random_rotation(heads, d, rng);
+      std::vector<float> k_mean(static_cast<std::size_t>(heads * d)), k_smooth(k_mean.size()),
+          v_mean(k_mean.size());
+      for (std::size_t i = 0; i < k_mean.size(); ++i) {
+        k_mean[i] = centred ? 0.25f * static_cast<float>(i % 5) : 0.0f;
+        k_smooth[i] = centred ? 0.5f + 0.25f * static_cast<float>(i % 4) : 1.0f;
+        v_mean[i] = centred ? -0.125f * static_cast<float>(i % 3) : 0.0f;
       }
-      rv = rk;
-    }
-    // Every token goes to a bf16 slot (reversed order) and to an INT2 slot (shifted by 5).
-    const int pool_pages = (tokens + 5 + ps - 1) / ps;
-    std::vector<std::int64_t> bslot(tokens), islot(tokens);
-    for (int t = 0; t < tokens; ++t) {
-      bslot[t] = tokens - 1 - t;
-      islot[t] = t + 5;
-    }
-    const std::vector<float> clips = {0.96f, 0.9f};
-    DeviceBuffer<std::uint16_t> kd(to_bits(k)), vd(to_bits(v));
-    DeviceBuffer<float> rkd(rk), rvd(rv), kmd(k_mean), ksd(k_smooth), vmd(v_mean), kc(clips),
-        vc(clips);
-    DeviceBuffer<std::int64_t> bs(bslot), is(islot);
-    const std::size_t pool_rows = static_cast<std::size_t>(pool_pages) * heads * ps;
-    DeviceBuffer<std::uint16_t> kb(pool_rows * d), vb(pool_rows * d), ksz(pool_rows * 2),
-        vsz(pool_rows * 2);
-    DeviceBuffer<std::uint8_t> kcodes(pool_rows * d / 4), vcodes(pool_rows * d / 4);
-    StoreKvParams p;
-    p.num_tokens = tokens;
-    p.num_kv_heads = heads;
-    p.head_dim = d;
-    p.page_size = ps;
-    p.k = kd.ptr;
-    p.v = vd.ptr;
-    p.k_rotation = rkd.ptr;
-    p.v_rotation = rvd.ptr;
-    p.k_mean = kmd.ptr;
-    p.k_smooth = ksd.ptr;
-    p.v_mean = vmd.ptr;
-    p.k_clip = kc.ptr;
-    p.v_clip = vc.ptr;
-    p.bf16_slot = bs.ptr;
-    p.int2_slot = is.ptr;
-    p.k_bf16 = kb.ptr;
-    p.v_bf16 = vb.ptr;
-    p.k_codes = kcodes.ptr;
-    p.v_codes = vcodes.ptr;
-    p.k_scale_zero = ksz.ptr;
-    p.v_scale_zero = vsz.ptr;
-    ASSERT_EQ(store_kv(p), Status::kOk) << last_error_message();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto got_kb = kb.download(), got_vb = vb.download();
-    const auto got_kc = kcodes.download(), got_vc = vcodes.download();
-    const auto got_ksz = ksz.download(), got_vsz = vsz.download();
-    std::vector<float> rotated(static_cast<std::size_t>(d)), stored(static_cast<std::size_t>(d));
-    std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
-    std::uint16_t sz[2];
-    for (int t = 0; t < tokens; ++t) {
-      for (int h = 0; h < heads; ++h) {
-        for (int kv = 0; kv < 2; ++kv) {
-          const float* x = &(kv == 0 ? k : v)[(static_cast<std::size_t>(t) * heads + h) * d];
-          const float* mean = &(kv == 0 ? k_mean : v_mean)[static_cast<std::size_t>(h) * d];
-          const float* smooth = kv == 0 ? &k_smooth[static_cast<std::size_t>(h) * d] : nullptr;
-          ref::rotate_row(x, mean, smooth,
-                          &(kv == 0 ? rk : rv)[static_cast<std::size_t>(h) * d * d], d,
-                          rotated.data());
-          const std::int64_t b = bslot[t], s = islot[t];
-          const std::size_t brow = (static_cast<std::size_t>(b / ps) * heads + h) * ps + b % ps;
-          const std::size_t irow = (static_cast<std::size_t>(s / ps) * heads + h) * ps + s % ps;
-          const auto& bf = kv == 0 ? got_kb : got_vb;
-          float max_abs = 0.0f, max_err = 0.0f;
-          for (int e = 0; e < d; ++e) {
-            stored[e] = ref::from_bf16_bits(bf[brow * d + e]);
-            max_abs = std::max(max_abs, std::abs(rotated[e]));
-            max_err = std::max(max_err, std::abs(stored[e] - rotated[e]));
+      if (identity) {
+        std::fill(rk.begin(), rk.end(), 0.0f);
+        for (int h = 0; h < heads; ++h) {
+          for (int i = 0; i < d; ++i) rk[(static_cast<std::size_t>(h) * d + i) * d + i] = 1.0f;
+        }
+        rv = rk;
+      }
+      // Every token goes to a bf16 slot (reversed order) and to an INT2 slot (shifted by 5).
+      const int pool_pages = (tokens + 5 + ps - 1) / ps;
+      std::vector<std::int64_t> bslot(tokens), islot(tokens);
+      for (int t = 0; t < tokens; ++t) {
+        bslot[t] = tokens - 1 - t;
+        islot[t] = t + 5;
+      }
+      const std::vector<float> clips = {0.96f, 0.9f};
+      DeviceBuffer<std::uint16_t> kd(to_bits(k)), vd(to_bits(v));
+      DeviceBuffer<float> rkd(rk), rvd(rv), kmd(k_mean), ksd(k_smooth), vmd(v_mean), kc(clips),
+          vc(clips);
+      DeviceBuffer<std::int64_t> bs(bslot), is(islot);
+      const std::size_t pool_rows = static_cast<std::size_t>(pool_pages) * heads * ps;
+      std::vector<StoreKvPath> paths = {StoreKvPath::kFloat32};
+      if (d != 256) paths.push_back(StoreKvPath::kTensorCore);
+      for (const StoreKvPath path : paths) {
+        SCOPED_TRACE(path == StoreKvPath::kFloat32 ? "float32 path" : "tensor-core path");
+        DeviceBuffer<std::uint16_t> kb(pool_rows * d), vb(pool_rows * d), ksz(pool_rows * 2),
+            vsz(pool_rows * 2);
+        DeviceBuffer<std::uint8_t> kcodes(pool_rows * d / 4), vcodes(pool_rows * d / 4);
+        StoreKvParams p;
+        p.num_tokens = tokens;
+        p.num_kv_heads = heads;
+        p.head_dim = d;
+        p.page_size = ps;
+        p.k = kd.ptr;
+        p.v = vd.ptr;
+        p.k_rotation = rkd.ptr;
+        p.v_rotation = rvd.ptr;
+        p.k_mean = centred ? kmd.ptr : nullptr;
+        p.k_smooth = centred ? ksd.ptr : nullptr;
+        p.v_mean = centred ? vmd.ptr : nullptr;
+        p.path = path;
+        p.k_clip = kc.ptr;
+        p.v_clip = vc.ptr;
+        p.bf16_slot = bs.ptr;
+        p.int2_slot = is.ptr;
+        p.k_bf16 = kb.ptr;
+        p.v_bf16 = vb.ptr;
+        p.k_codes = kcodes.ptr;
+        p.v_codes = vcodes.ptr;
+        p.k_scale_zero = ksz.ptr;
+        p.v_scale_zero = vsz.ptr;
+        ASSERT_EQ(store_kv(p), Status::kOk) << last_error_message();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto got_kb = kb.download(), got_vb = vb.download();
+        const auto got_kc = kcodes.download(), got_vc = vcodes.download();
+        const auto got_ksz = ksz.download(), got_vsz = vsz.download();
+        std::vector<float> rotated(static_cast<std::size_t>(d)),
+            stored(static_cast<std::size_t>(d));
+        std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
+        std::uint16_t sz[2];
+        for (int t = 0; t < tokens; ++t) {
+          for (int h = 0; h < heads; ++h) {
+            for (int kv = 0; kv < 2; ++kv) {
+              const float* x = &(kv == 0 ? k : v)[(static_cast<std::size_t>(t) * heads + h) * d];
+              const float* mean = &(kv == 0 ? k_mean : v_mean)[static_cast<std::size_t>(h) * d];
+              const float* smooth = kv == 0 ? &k_smooth[static_cast<std::size_t>(h) * d] : nullptr;
+              ref::rotate_row(x, mean, smooth,
+                              &(kv == 0 ? rk : rv)[static_cast<std::size_t>(h) * d * d], d,
+                              rotated.data());
+              const std::int64_t b = bslot[t], s = islot[t];
+              const std::size_t brow = (static_cast<std::size_t>(b / ps) * heads + h) * ps + b % ps;
+              const std::size_t irow = (static_cast<std::size_t>(s / ps) * heads + h) * ps + s % ps;
+              const auto& bf = kv == 0 ? got_kb : got_vb;
+              float max_abs = 0.0f, max_err = 0.0f;
+              for (int e = 0; e < d; ++e) {
+                stored[e] = ref::from_bf16_bits(bf[brow * d + e]);
+                max_abs = std::max(max_abs, std::abs(rotated[e]));
+                max_err = std::max(max_err, std::abs(stored[e] - rotated[e]));
+              }
+              if (identity) {
+                ASSERT_EQ(max_err, 0.0f) << "identity rotation must store the row unchanged";
+              } else {
+                ASSERT_LE(max_err, kRotateTol * max_abs) << "token " << t << " head " << h;
+              }
+              // The INT2 row is the reference quantization of the bf16 row the kernel stored.
+              ref::quantize_cache_row(stored.data(), d, clips[h], packed.data(), sz);
+              const auto& codes = kv == 0 ? got_kc : got_vc;
+              const auto& scale_zero = kv == 0 ? got_ksz : got_vsz;
+              ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + irow * d / 4));
+              ASSERT_EQ(scale_zero[irow * 2], sz[0]);
+              ASSERT_EQ(scale_zero[irow * 2 + 1], sz[1]);
+            }
           }
-          if (identity) {
-            ASSERT_EQ(max_err, 0.0f) << "identity rotation must store the row unchanged";
-          } else {
-            ASSERT_LE(max_err, kRotateTol * max_abs) << "token " << t << " head " << h;
-          }
-          // The INT2 row is the reference quantization of the bf16 row the kernel stored.
-          ref::quantize_cache_row(stored.data(), d, clips[h], packed.data(), sz);
-          const auto& codes = kv == 0 ? got_kc : got_vc;
-          const auto& scale_zero = kv == 0 ? got_ksz : got_vsz;
-          ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + irow * d / 4));
-          ASSERT_EQ(scale_zero[irow * 2], sz[0]);
-          ASSERT_EQ(scale_zero[irow * 2 + 1], sz[1]);
         }
       }
     }
   }
 }
-
 INSTANTIATE_TEST_SUITE_P(Shapes, Int2Store,
                          ::testing::Values(Shape{64, 8}, Shape{64, 16}, Shape{128, 8},
                                            Shape{128, 16}, Shape{256, 8}, Shape{256, 16}));
@@ -635,6 +649,28 @@ TEST(Int2Kernels, RejectBadArguments) {
   s.head_dim = 128;
   s.page_size = 12;
   EXPECT_EQ(store_kv(s), Status::kInvalidArgument);
+  {
+    // The tensor-core store: head_dim 64 / 128 only, 16-byte aligned inputs and pools; refused
+    // before anything is read (no tokens; the addresses are never dereferenced).
+    alignas(16) static std::uint8_t bytes[64];
+    static float rotation[1];
+    StoreKvParams t;
+    t.num_kv_heads = 1;
+    t.head_dim = 256;
+    t.page_size = 16;
+    t.k = t.v = reinterpret_cast<const bf16_bits*>(bytes);
+    t.k_rotation = t.v_rotation = rotation;
+    t.path = StoreKvPath::kTensorCore;
+    EXPECT_EQ(store_kv(t), Status::kUnsupported);
+    t.head_dim = 128;
+    EXPECT_EQ(store_kv(t), Status::kOk);  // nothing to store
+    t.v = reinterpret_cast<const bf16_bits*>(bytes + 2);
+    EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
+    EXPECT_NE(std::string(last_error_message()).find("16-byte aligned"), std::string::npos);
+    t.v = t.k;
+    t.path = static_cast<StoreKvPath>(7);
+    EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
+  }
   DemotePagesParams dp;
   EXPECT_EQ(demote_pages(dp), Status::kInvalidArgument);
   EXPECT_NE(std::string(last_error_message()), "");

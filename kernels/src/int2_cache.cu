@@ -1513,6 +1513,260 @@ Status dispatch_dim(const DecodeParams& p, const SplitPlan& plan, float* o, Spli
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// store_kv on tensor cores (StoreKvPath::kTensorCore; d 64 and 128). The rotation x' R of a
+// 32-token tile is one [32, d] x [d, d] product per warp on bf16 tensor cores (m16n8k16, float32
+// accumulation) with float32 accuracy kept by splitting both operands into high and low bf16
+// terms: x' R ~ x'_hi R_hi + x'_hi R_lo + x'_lo R_hi (the dropped x'_lo R_lo is 2^-16 relative;
+// without a mean or smoothing x' = x is a bf16 row, x'_lo = 0 and that term is skipped). The block
+// keeps R^T of its (KV head, K or V) as bf16 high / low terms in shared memory for all its tiles;
+// each warp stages its tile's x' terms, multiplies, writes the bf16-rounded rows back over its
+// tile buffer, copies them to BF16 slots, and quantizes INT2 slots one row per thread
+// (int2r::quantize_row), whole warp on the rows that the threshold form declines.
+constexpr int kStoreTcWarps = 8;
+constexpr int kStoreTcTokens = 32;
+
+template <int D>
+struct StoreTcLayout {
+  static constexpr int kPitch = D + 8;  // bf16 per shared row: 16-byte rows, ldmatrix conflict-free
+  static constexpr std::size_t kRotationElements = std::size_t{2} * D * kPitch;  // R^T hi, lo
+  static constexpr std::size_t kTileElements = std::size_t{2} * kStoreTcTokens * kPitch;
+  static constexpr std::size_t kBytes =
+      (kRotationElements + kStoreTcWarps * kTileElements) * sizeof(__nv_bfloat16);
+};
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const __nv_bfloat16* row) {
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void mma_16816_bf16(float (&c)[4], const std::uint32_t (&a)[4],
+                                               std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// High and low bf16 terms of v (v - hi is exact in float; its rounding is the low term).
+__device__ __forceinline__ void split_bf16(float v, __nv_bfloat16& hi, __nv_bfloat16& lo) {
+  hi = __float2bfloat16_rn(v);
+  lo = __float2bfloat16_rn(__fsub_rn(v, __bfloat162float(hi)));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(StoreKvParams p) {
+  constexpr int P = StoreTcLayout<D>::kPitch;
+  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
+  extern __shared__ __align__(16) unsigned char store_tc_smem[];
+  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);  // [j][i] = R[i][j]
+  __nv_bfloat16* const r_lo = r_hi + D * P;
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  __nv_bfloat16* const x_hi = r_lo + D * P + warp * StoreTcLayout<D>::kTileElements;
+  __nv_bfloat16* const x_lo = x_hi + kStoreTcTokens * P;
+  const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
+  const bool is_key = blockIdx.z == 0;
+
+  const float* rot =
+      (is_key ? p.k_rotation : p.v_rotation) + static_cast<std::int64_t>(head) * D * D;
+  for (int idx = static_cast<int>(threadIdx.x); idx < D * D; idx += kStoreTcWarps * 32) {
+    const int i = idx / D, j = idx % D;
+    split_bf16(__ldg(rot + idx), r_hi[j * P + i], r_lo[j * P + i]);
+  }
+  __syncthreads();
+
+  const bf16_bits* src = is_key ? p.k : p.v;
+  const float* mean = is_key ? p.k_mean : p.v_mean;
+  const float* smooth = is_key ? p.k_smooth : nullptr;
+  if (mean != nullptr) mean += head * D;
+  if (smooth != nullptr) smooth += head * D;
+  const bool split_input = mean != nullptr || smooth != nullptr;
+  const float clip = p.int2_slot != nullptr ? (is_key ? p.k_clip : p.v_clip)[head] : 1.0f;
+  const int clip_k = int2q::clip_position<D>(clip);
+  const bool thread_path = clip_k >= 0 && int2r::top_length(D - 1 - clip_k) > 0;
+  const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
+  for (std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) * kStoreTcWarps + warp;
+       tile < tiles; tile += static_cast<std::int64_t>(gridDim.x) * kStoreTcWarps) {
+    const std::int64_t token0 = tile * kStoreTcTokens;
+    const int count = static_cast<int>(
+        p.num_tokens - token0 < kStoreTcTokens ? p.num_tokens - token0 : kStoreTcTokens);
+
+    // 1. x' = (x - mean) / smooth as bf16 high and low terms (zero rows past count).
+    for (int idx = lane; idx < kStoreTcTokens * kChunks; idx += 32) {
+      const int t = idx / kChunks, c = (idx % kChunks) * 8;
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (t < count) {
+        raw = __ldcs(reinterpret_cast<const uint4*>(src + ((token0 + t) * hkv + head) * D + c));
+      }
+      if (!split_input) {
+        *reinterpret_cast<uint4*>(x_hi + t * P + c) = raw;
+        continue;
+      }
+      const bf16_bits* in = reinterpret_cast<const bf16_bits*>(&raw);
+      __align__(16) __nv_bfloat16 hi[8], lo[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        float x = bf16_to_float(in[u]);
+        if (t < count) {  // as store_kv_kernel: centre, then smooth
+          if (mean != nullptr) x = __fsub_rn(x, mean[c + u]);
+          if (smooth != nullptr) x = __fdiv_rn(x, smooth[c + u]);
+        }
+        split_bf16(x, hi[u], lo[u]);
+      }
+      *reinterpret_cast<uint4*>(x_hi + t * P + c) = *reinterpret_cast<const uint4*>(hi);
+      *reinterpret_cast<uint4*>(x_lo + t * P + c) = *reinterpret_cast<const uint4*>(lo);
+    }
+    __syncwarp();
+
+    // 2. [32, D] x [D, D]: two m-tiles of 16 tokens, all D / 8 n-tiles in registers.
+    float acc[2][D / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      std::uint32_t a_hi[2][4], a_lo[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int offset = (mt * 16 + (lane & 15)) * P + ks * 16 + (lane >> 4) * 8;
+        ldmatrix_x4(a_hi[mt], x_hi + offset);
+        if (split_input) {
+          ldmatrix_x4(a_lo[mt], x_lo + offset);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a_lo[mt][e] = 0u;
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {  // n-tiles 2 np and 2 np + 1
+        const int offset =
+            (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + ks * 16 + ((lane >> 3) & 1) * 8;
+        std::uint32_t b_hi[4], b_lo[4];
+        ldmatrix_x4(b_hi, r_hi + offset);
+        ldmatrix_x4(b_lo, r_lo + offset);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float(&c)[4] = acc[mt][2 * np + h];
+            mma_16816_bf16(c, a_hi[mt], b_hi[2 * h], b_hi[2 * h + 1]);
+            mma_16816_bf16(c, a_hi[mt], b_lo[2 * h], b_lo[2 * h + 1]);
+            if (split_input) mma_16816_bf16(c, a_lo[mt], b_hi[2 * h], b_hi[2 * h + 1]);
+          }
+        }
+      }
+    }
+    __syncwarp();  // every fragment of the tile is read: its buffer takes the rotated rows
+
+    // 3. Rotated rows, rounded to bf16, into x_hi (lane: rows g, g + 8 of each m-tile, columns
+    // 2 t, 2 t + 1 of each n-tile).
+    {
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          const int col = nt * 8 + 2 * t, row = mt * 16 + g;
+          *reinterpret_cast<__nv_bfloat162*>(x_hi + row * P + col) =
+              __floats2bfloat162_rn(acc[mt][nt][0], acc[mt][nt][1]);
+          *reinterpret_cast<__nv_bfloat162*>(x_hi + (row + 8) * P + col) =
+              __floats2bfloat162_rn(acc[mt][nt][2], acc[mt][nt][3]);
+        }
+      }
+    }
+    __syncwarp();
+
+    // 4. BF16 slots: 16-byte copies of the rows.
+    if (p.bf16_slot != nullptr) {
+      bf16_bits* pool = is_key ? p.k_bf16 : p.v_bf16;
+      for (int idx = lane; idx < count * kChunks; idx += 32) {
+        const int t = idx / kChunks, c = (idx % kChunks) * 8;
+        const std::int64_t slot = p.bf16_slot[token0 + t];
+        if (slot < 0) continue;
+        const std::int64_t row =
+            (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size;
+        *reinterpret_cast<uint4*>(pool + row * D + c) =
+            *reinterpret_cast<const uint4*>(x_hi + t * P + c);
+      }
+    }
+
+    // 5. INT2 slots: row `lane` by its thread; the rows it declines by the whole warp.
+    if (p.int2_slot != nullptr) {
+      std::uint8_t* codes_pool = is_key ? p.k_codes : p.v_codes;
+      bf16_bits* scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
+      const std::int64_t slot = lane < count ? p.int2_slot[token0 + lane] : -1;
+      const std::int64_t row =
+          slot >= 0 ? (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size : -1;
+      bool stored = false;
+      if (thread_path) {
+        unsigned w[D / 2];
+        const uint4* mine = reinterpret_cast<const uint4*>(x_hi + lane * P);
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          const uint4 v = mine[i];
+          w[4 * i] = v.x;
+          w[4 * i + 1] = v.y;
+          w[4 * i + 2] = v.z;
+          w[4 * i + 3] = v.w;
+        }
+        stored =
+            row >= 0 && int2q::store_row_thread<D>(w, clip_k, codes_pool, scale_zero_pool, row);
+      }
+      for (unsigned rest = __ballot_sync(kFullMask, row >= 0 && !stored); rest != 0;
+           rest &= rest - 1) {
+        const int r = __ffs(rest) - 1;
+        const std::int64_t dst_row = __shfl_sync(kFullMask, row, r);
+        float rotated[D / 32];
+#pragma unroll
+        for (int m = 0; m < D / 32; ++m) rotated[m] = __bfloat162float(x_hi[r * P + lane + 32 * m]);
+        quantize_row_bf16<D>(rotated, clip, codes_pool + dst_row * (D / 4),
+                             scale_zero_pool + 2 * dst_row);
+      }
+    }
+    __syncwarp();  // the tile buffer is free for the next tile
+  }
+}
+
+// Launches store_kv_tc_kernel<D>: as many blocks per (KV head, K or V) as fill the GPU in one wave.
+template <int D>
+Status launch_store_kv_tc(const StoreKvParams& p) {
+  constexpr std::size_t kBytes = StoreTcLayout<D>::kBytes;
+  constexpr int kThreads = kStoreTcWarps * 32;
+  int device = 0, sms = 0, per_sm = 0, optin = 0;
+  OSCAR_CUDA_CHECK(cudaGetDevice(&device));
+  OSCAR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (static_cast<std::size_t>(optin) < kBytes) {
+    set_last_error(
+        "store_kv: the tensor-core path needs %zu bytes of shared memory per block at head_dim %d "
+        "(this device allows %d): use StoreKvPath::kFloat32",
+        kBytes, D, optin);
+    return Status::kUnsupported;
+  }
+  OSCAR_CUDA_CHECK(cudaFuncSetAttribute(store_kv_tc_kernel<D>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kBytes)));
+  OSCAR_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  OSCAR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, store_kv_tc_kernel<D>,
+                                                                 kThreads, kBytes));
+  const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
+  const std::int64_t fill = std::max<std::int64_t>(
+      1, std::int64_t{sms} * std::max(per_sm, 1) / (2 * std::int64_t{p.num_kv_heads}));
+  const std::int64_t needed = (tiles + kStoreTcWarps - 1) / kStoreTcWarps;
+  const dim3 grid(static_cast<unsigned>(std::min(fill, needed)),
+                  static_cast<unsigned>(p.num_kv_heads), 2);
+  store_kv_tc_kernel<D><<<grid, kThreads, kBytes, p.stream>>>(p);
+  OSCAR_CUDA_CHECK(cudaGetLastError());
+  return Status::kOk;
+}
+
 bool is_device_pointer(const void* ptr) {
   if (ptr == nullptr) return false;
   cudaPointerAttributes attr{};
@@ -1539,6 +1793,33 @@ Status store_kv(const StoreKvParams& p) {
         p.v_scale_zero == nullptr || p.k_clip == nullptr || p.v_clip == nullptr))) {
     set_last_error("store_kv: a slot mapping is given without the pool it writes to");
     return Status::kInvalidArgument;
+  }
+  if (static_cast<int>(p.path) < 0 ||
+      static_cast<int>(p.path) > static_cast<int>(StoreKvPath::kTensorCore)) {
+    set_last_error("store_kv: unknown path %d", static_cast<int>(p.path));
+    return Status::kInvalidArgument;
+  }
+  if (p.path == StoreKvPath::kTensorCore) {
+    if (p.head_dim == 256) {
+      set_last_error("store_kv: the tensor-core path serves head_dim 64 and 128 (use kFloat32)");
+      return Status::kUnsupported;
+    }
+    const auto aligned = [](const void* ptr) {
+      return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0;
+    };
+    const bool bf16_ok = p.bf16_slot == nullptr || (aligned(p.k_bf16) && aligned(p.v_bf16));
+    const bool int2_ok =
+        p.int2_slot == nullptr || (aligned(p.k_codes) && aligned(p.v_codes) &&
+                                   reinterpret_cast<std::uintptr_t>(p.k_scale_zero) % 4 == 0 &&
+                                   reinterpret_cast<std::uintptr_t>(p.v_scale_zero) % 4 == 0);
+    if (!aligned(p.k) || !aligned(p.v) || !bf16_ok || !int2_ok) {
+      set_last_error(
+          "store_kv: the tensor-core path needs 16-byte aligned K/V inputs, BF16 and code pools "
+          "(4-byte aligned scale pools)");
+      return Status::kInvalidArgument;
+    }
+    if (p.num_tokens == 0) return Status::kOk;
+    return p.head_dim == 64 ? launch_store_kv_tc<64>(p) : launch_store_kv_tc<128>(p);
   }
   if (p.num_tokens == 0) return Status::kOk;
   const dim3 grid(static_cast<unsigned>((p.num_tokens + kStoreTokens - 1) / kStoreTokens),

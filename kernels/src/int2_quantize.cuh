@@ -691,6 +691,26 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
 // thresholds cannot serve and clip ratios whose top list would be too long (int2r::top_length)
 // go through demote_row_exact, the whole warp on one row.
 
+// Quantizes the row this thread holds (bf16 pairs; clip position k with int2r::top_length(D - 1 -
+// k) > 0) and stores it at `row` of the pools: the codes as 16-byte vectors (16-byte aligned
+// pool), (scale, zero) as one word. Returns false, storing nothing, for a row the threshold form
+// declines (the caller quantizes it with the warp).
+template <int D>
+__device__ __forceinline__ bool store_row_thread(const unsigned (&w)[D / 2], int k,
+                                                 std::uint8_t* codes_pool,
+                                                 bf16_bits* scale_zero_pool, std::int64_t row) {
+  const unsigned key = int2r::threshold_key<D>(w, D - 1 - k);
+  unsigned codes[D / 16], scale_zero;
+  if (!int2r::quantize_row<D>(w, key, codes, scale_zero)) return false;
+  uint4* dst = reinterpret_cast<uint4*>(codes_pool + row * (D / 4));
+#pragma unroll
+  for (int i = 0; i < D / 64; ++i) {
+    dst[i] = make_uint4(codes[4 * i], codes[4 * i + 1], codes[4 * i + 2], codes[4 * i + 3]);
+  }
+  reinterpret_cast<unsigned*>(scale_zero_pool)[row] = scale_zero;
+  return true;
+}
+
 constexpr int kRowwiseWarps = 8;
 
 // One warp per 32 rows of one (K or V, KV head); rows run over pages in page order. Needs 16-byte
@@ -738,17 +758,7 @@ __global__ void __launch_bounds__(kRowwiseWarps * 32)
       w[4 * i + 2] = v.z;
       w[4 * i + 3] = v.w;
     }
-    const unsigned key = int2r::threshold_key<D>(w, D - 1 - k);
-    unsigned codes[D / 16], scale_zero;
-    stored = active && int2r::quantize_row<D>(w, key, codes, scale_zero);
-    if (stored) {
-      uint4* dst = reinterpret_cast<uint4*>(codes_pool + dst_row * (D / 4));
-#pragma unroll
-      for (int i = 0; i < D / 64; ++i) {
-        dst[i] = make_uint4(codes[4 * i], codes[4 * i + 1], codes[4 * i + 2], codes[4 * i + 3]);
-      }
-      reinterpret_cast<unsigned*>(scale_zero_pool)[dst_row] = scale_zero;
-    }
+    stored = active && store_row_thread<D>(w, k, codes_pool, scale_zero_pool, dst_row);
   }
   // The rest, one row at a time by the whole warp.
   for (unsigned rest = __ballot_sync(kFullMask, active && !stored); rest != 0; rest &= rest - 1) {

@@ -36,6 +36,15 @@ using bf16_bits = std::uint16_t;
 // (slot = page * page_size + offset), rows whose int2_slot is >= 0 are quantized into the INT2
 // pool. The rotated row is rounded to bf16 before quantization, so a row stored as BF16 and demoted
 // later gets exactly the codes it would have got here.
+//
+// Paths (StoreKvParams::path): kFloat32 rotates with float32 fused multiply-adds in a fixed order
+// (any head_dim, any pool alignment). kTensorCore (head_dim 64 and 128) rotates on bf16 tensor
+// cores with both operands split into high and low bf16 terms (float32-level accuracy, in another
+// summation order, so a value may round to the neighbouring bf16) and quantizes one row per
+// thread; it needs 16-byte aligned K/V inputs and pools. kAuto: kFloat32 (kTensorCore is not yet
+// measured on a GPU). The INT2 rows are the exact quantization of the stored bf16 rows either way.
+enum class StoreKvPath { kAuto, kFloat32, kTensorCore };
+
 struct StoreKvParams {
   std::int64_t num_tokens = 0;
   int num_kv_heads = 0, head_dim = 0, page_size = 0;
@@ -56,6 +65,7 @@ struct StoreKvParams {
   std::uint8_t* v_codes = nullptr;
   bf16_bits* k_scale_zero = nullptr;
   bf16_bits* v_scale_zero = nullptr;
+  StoreKvPath path = StoreKvPath::kAuto;
   cudaStream_t stream = nullptr;
 };
 Status store_kv(const StoreKvParams& params);
