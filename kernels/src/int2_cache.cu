@@ -24,6 +24,11 @@ __device__ __forceinline__ bf16_bits float_to_bf16(float x) {
 }
 __device__ __forceinline__ float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
 
+// Whether a pointer is a multiple of `to` bytes (the vector widths the kernels load and store).
+bool is_aligned(const void* ptr, std::uintptr_t to) {
+  return reinterpret_cast<std::uintptr_t>(ptr) % to == 0;
+}
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
@@ -1804,14 +1809,11 @@ Status store_kv(const StoreKvParams& p) {
       set_last_error("store_kv: the tensor-core path serves head_dim 64 and 128 (use kFloat32)");
       return Status::kUnsupported;
     }
-    const auto aligned = [](const void* ptr) {
-      return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0;
-    };
+    const auto aligned = [](const void* ptr) { return is_aligned(ptr, 16); };
     const bool bf16_ok = p.bf16_slot == nullptr || (aligned(p.k_bf16) && aligned(p.v_bf16));
     const bool int2_ok =
         p.int2_slot == nullptr || (aligned(p.k_codes) && aligned(p.v_codes) &&
-                                   reinterpret_cast<std::uintptr_t>(p.k_scale_zero) % 4 == 0 &&
-                                   reinterpret_cast<std::uintptr_t>(p.v_scale_zero) % 4 == 0);
+                                   is_aligned(p.k_scale_zero, 4) && is_aligned(p.v_scale_zero, 4));
     if (!aligned(p.k) || !aligned(p.v) || !bf16_ok || !int2_ok) {
       set_last_error(
           "store_kv: the tensor-core path needs 16-byte aligned K/V inputs, BF16 and code pools "
@@ -1851,11 +1853,9 @@ Status demote_pages(const DemotePagesParams& p) {
     return Status::kInvalidArgument;
   }
   if (p.kernel == DemoteKernel::kRowPerThread) {
-    const auto aligned = [](const void* ptr, std::uintptr_t to) {
-      return reinterpret_cast<std::uintptr_t>(ptr) % to == 0;
-    };
-    if (!aligned(p.k_bf16, 16) || !aligned(p.v_bf16, 16) || !aligned(p.k_codes, 16) ||
-        !aligned(p.v_codes, 16) || !aligned(p.k_scale_zero, 4) || !aligned(p.v_scale_zero, 4)) {
+    if (!is_aligned(p.k_bf16, 16) || !is_aligned(p.v_bf16, 16) || !is_aligned(p.k_codes, 16) ||
+        !is_aligned(p.v_codes, 16) || !is_aligned(p.k_scale_zero, 4) ||
+        !is_aligned(p.v_scale_zero, 4)) {
       set_last_error(
           "demote_pages: the row-per-thread kernel needs 16-byte aligned BF16 and code pools and "
           "4-byte aligned scale pools");
@@ -1909,7 +1909,7 @@ Status decode_attention(const DecodeParams& p) {
   }
   const SplitPlan plan = plan_splits(p);
   const int splits = plan.total();
-  auto misaligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0; };
+  auto misaligned = [](const void* ptr) { return !is_aligned(ptr, 16); };
   if (plan.tensor_core &&
       (misaligned(p.k_codes) || misaligned(p.v_codes) || misaligned(p.k_scale_zero) ||
        misaligned(p.v_scale_zero) || misaligned(p.q))) {

@@ -1,6 +1,7 @@
 // Fast INT2 quantization of BF16 rows, bit-identical to the plain warp quantizer, and the demotion
 // kernel built on it. Included by int2_cache.cu inside its anonymous namespace, after
-// bf16_to_float, float_to_bf16, round_bf16 and kFullMask; it includes only int2_row_thread.h and
+// bf16_to_float, float_to_bf16, round_bf16, kFullMask and is_aligned; it includes only
+// int2_row_thread.h and
 // int2_thresholds.h (which include nothing else).
 //
 // Clip threshold: the magnitude at ascending position k. Inputs are bf16 values, so magnitudes
@@ -788,11 +789,8 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
       std::max<std::int64_t>(1, ((std::int64_t{1} << 30) - 1) / rows_per_page);
   constexpr unsigned kThreads = int2q::kDemoteWarps * 32;
   // The batched kernel reads bf16 pairs as 32-bit words and writes code bytes in pairs.
-  const auto aligned = [](const void* ptr, std::uintptr_t to) {
-    return reinterpret_cast<std::uintptr_t>(ptr) % to == 0;
-  };
-  const bool batched = aligned(p.k_bf16, 4) && aligned(p.v_bf16, 4) && aligned(p.k_codes, 2) &&
-                       aligned(p.v_codes, 2);
+  const bool batched = is_aligned(p.k_bf16, 4) && is_aligned(p.v_bf16, 4) &&
+                       is_aligned(p.k_codes, 2) && is_aligned(p.v_codes, 2);
   // The row-per-thread kernel reads and writes rows as 16-byte vectors (demote_pages checks).
   const bool rowwise = p.kernel == DemoteKernel::kRowPerThread;
   for (std::int64_t first = 0; first < p.num_pages; first += pages_per_launch) {
