@@ -184,7 +184,11 @@ TEST_F(RuntimeTest, OpenReportsTheManifest) {
   EXPECT_STREQ(i.git_commit, "synthetic");
   EXPECT_STREQ(i.created, "2026-01-01T00:00:00Z");
   EXPECT_EQ(i.tensor_sha256, bundle_.tensor_sha256);
+  EXPECT_EQ(std::string(i.manifest_sha256).size(), 64u);
+  EXPECT_EQ(i.manifest_sha256, bundle_.manifest_sha256);
   const std::string manifest = r.manifest_json();
+  // For a bundle of this writer, the manifest the library rebuilds is the text the checksum covers.
+  EXPECT_EQ(oscar::manifest_checksum(manifest), bundle_.manifest_sha256);
   EXPECT_TRUE(contains(manifest, "\"format\":\"oscar-rotation-bundle\"")) << manifest;
   EXPECT_TRUE(contains(manifest, bundle_.tensor_sha256));
   EXPECT_EQ(last_error(), "");

@@ -90,7 +90,7 @@ int verify(const Options& o) {
   report["manifest"] = "ok";
   report["checksum"] = "ok";
   const char* manifest_checksum =
-      b.manifest_checksummed ? "ok" : "absent (written before manifest checksums)";
+      b.manifest_sha256.empty() ? "absent (written before manifest checksums)" : "ok";
   report["manifest_checksum"] = manifest_checksum;
   const double k_err = oscar::max_orthogonality_error(b, 'k');
   const double v_err = oscar::max_orthogonality_error(b, 'v');

@@ -391,9 +391,9 @@ void write_bundle(const std::string& path, Bundle& bundle) {
                        slot.values->size() * sizeof(float)});
   }
   const std::string manifest = bundle_manifest_json(bundle);
-  write_safetensors(path, tensors,
-                    {{"oscar", manifest}, {kManifestChecksumKey, manifest_checksum(manifest)}});
-  bundle.manifest_checksummed = true;
+  const std::string sealed = manifest_checksum(manifest);
+  write_safetensors(path, tensors, {{"oscar", manifest}, {kManifestChecksumKey, sealed}});
+  bundle.manifest_sha256 = sealed;
 }
 
 Bundle read_bundle(const std::string& path) {
@@ -422,7 +422,7 @@ Bundle parse_bundle(const std::uint8_t* bytes, std::size_t size, const std::stri
                 kManifestChecksumKey, sealed->second, actual);
   }
   Bundle b = manifest_from_json(manifest->second, origin);
-  b.manifest_checksummed = sealed != header.metadata.end();
+  if (sealed != header.metadata.end()) b.manifest_sha256 = sealed->second;
 
   // Every tensor the manifest implies must be present with its dtype and shape; nothing else may
   // be.

@@ -220,6 +220,7 @@ void fill_info(oscar_runtime& rt) {
   i.git_commit = b.git_commit.c_str();
   i.created = b.created.c_str();
   i.tensor_sha256 = b.tensor_sha256.c_str();
+  i.manifest_sha256 = b.manifest_sha256.c_str();
 }
 
 // The checks read_bundle does not make, then the derived fields. `rt.bundle` is final after this.

@@ -85,9 +85,9 @@ struct Bundle {
   std::string tool_version, git_commit;
   std::string created;        // ISO-8601 UTC; the only clock-dependent field
   std::string tensor_sha256;  // filled by write_bundle / checked by read_bundle
-  // read_bundle: the file carried a manifest checksum and it matched (bundles written before
-  // manifest checksums have none).
-  bool manifest_checksummed = false;
+  // The manifest checksum (sha256 hex of the manifest text): filled by write_bundle, and by
+  // read_bundle after checking it; empty for bundles written before manifest checksums.
+  std::string manifest_sha256;
   std::vector<LayerRotations> layers;
 
   std::int64_t d() const { return model.head_dim; }

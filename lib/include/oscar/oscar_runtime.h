@@ -156,6 +156,9 @@ typedef struct oscar_runtime_info {
   const char* git_commit;
   const char* created;        // ISO-8601 UTC
   const char* tensor_sha256;  // checksum of every tensor (verified at open)
+  // Checksum of the manifest text (verified at open); "" for a bundle written before manifest
+  // checksums, whose manifest nothing vouches for.
+  const char* manifest_sha256;
 } oscar_runtime_info;
 
 // ---- Library -----------------------------------------------------------------------------------
