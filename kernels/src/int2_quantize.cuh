@@ -1,8 +1,7 @@
 // Fast INT2 quantization of BF16 rows, bit-identical to the plain warp quantizer, and the demotion
 // kernel built on it. Included by int2_cache.cu inside its anonymous namespace, after
 // bf16_to_float, float_to_bf16, round_bf16, kFullMask and is_aligned; it includes only
-// int2_row_thread.h and
-// int2_thresholds.h (which include nothing else).
+// int2_row_thread.h and int2_thresholds.h (which include nothing else).
 //
 // Clip threshold: the magnitude at ascending position k. Inputs are bf16 values, so magnitudes
 // order like their 15-bit keys (bits 30..16) and the threshold is the order statistic of the keys,
