@@ -80,8 +80,12 @@ std::pair<std::int64_t, std::int64_t> parse_shard(const std::string& text) {
   return {index, count};
 }
 
+// How much of the provenance two statistics must share: the model (merging shards), also the
+// data (a shard's key-weighted pass from the merged main pass), also the shard (resuming).
+enum class SameSource { kModel, kData, kShard };
+
 void check_same_source(const oscar::StatsProvenance& a, const oscar::StatsProvenance& b,
-                       const std::string& what, bool same_data) {
+                       const std::string& what, SameSource scope) {
   std::vector<std::string> diffs;
   if (a.config_sha256 != b.config_sha256 || a.weights_header_sha256 != b.weights_header_sha256) {
     diffs.push_back(fmt::format("model {} vs {}", a.model_name, b.model_name));
@@ -91,15 +95,16 @@ void check_same_source(const oscar::StatsProvenance& a, const oscar::StatsProven
   if (a.compute_dtype != b.compute_dtype) {
     diffs.push_back(fmt::format("dtype {} vs {}", a.compute_dtype, b.compute_dtype));
   }
-  if (same_data) {
+  if (scope != SameSource::kModel) {
     if (a.dataset_sha256 != b.dataset_sha256) {
       diffs.push_back(fmt::format("dataset {} vs {}", a.dataset_name, b.dataset_name));
     }
     if (a.seed != b.seed) diffs.push_back(fmt::format("seed {} vs {}", a.seed, b.seed));
-    if (a.shard_index != b.shard_index || a.shard_count != b.shard_count) {
-      diffs.push_back(fmt::format("shard {}/{} vs {}/{}", a.shard_index, a.shard_count,
-                                  b.shard_index, b.shard_count));
-    }
+  }
+  if (scope == SameSource::kShard &&
+      (a.shard_index != b.shard_index || a.shard_count != b.shard_count)) {
+    diffs.push_back(fmt::format("shard {}/{} vs {}/{}", a.shard_index, a.shard_count, b.shard_index,
+                                b.shard_count));
   }
   OSCAR_CHECK(diffs.empty(), "{}: {}", what, fmt::join(diffs, "; "));
 }
@@ -207,7 +212,7 @@ int run(Options o) {
       auto part = oscar::KvStatistics::load(path, device, &p);
       if (stats) {
         check_same_source(provenance, p, fmt::format("statistics '{}' do not fit the others", path),
-                          false);
+                          SameSource::kModel);
       }
       OSCAR_CHECK(p.config_sha256 == identity.config_sha256 &&
                       p.weights_header_sha256 == identity.weights_header_sha256,
@@ -300,7 +305,7 @@ int run(Options o) {
                         fmt::format("cannot resume from '{}': it was computed from different "
                                     "inputs",
                                     o.resume_stats),
-                        true);
+                        SameSource::kShard);
       if (!o.quiet) {
         fmt::print(stderr, "resuming from {}: {} + {} sequences done\n", o.resume_stats,
                    stats->main_sequences, stats->keyweight_sequences);
@@ -312,12 +317,7 @@ int run(Options o) {
       stats.emplace(oscar::KvStatistics::load(o.keyweight_from, device, &main_pass));
       check_same_source(main_pass, provenance,
                         fmt::format("statistics '{}' do not fit this run", o.keyweight_from),
-                        false);
-      OSCAR_CHECK(main_pass.dataset_sha256 == provenance.dataset_sha256 &&
-                      main_pass.seed == provenance.seed,
-                  "statistics '{}' come from other data ({}, seed {}) than this run ({}, seed {})",
-                  o.keyweight_from, main_pass.dataset_name, main_pass.seed, provenance.dataset_name,
-                  provenance.seed);
+                        SameSource::kData);
       OSCAR_CHECK(!stats->in_keyweight_pass(),
                   "statistics '{}' are already in the key-weighted pass: give the merged "
                   "main-pass statistics",

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -1715,13 +1716,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
         unsigned w[D / 2];
         const uint4* mine = reinterpret_cast<const uint4*>(x_hi + lane * P);
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          const uint4 v = mine[i];
-          w[4 * i] = v.x;
-          w[4 * i + 1] = v.y;
-          w[4 * i + 2] = v.z;
-          w[4 * i + 3] = v.w;
-        }
+        for (int i = 0; i < D / 8; ++i) int2q::unpack_words(mine[i], &w[4 * i]);
         stored =
             row >= 0 && int2q::store_row_thread<D>(w, clip_k, codes_pool, scale_zero_pool, row);
       }
@@ -1745,25 +1740,36 @@ template <int D>
 Status launch_store_kv_tc(const StoreKvParams& p) {
   constexpr std::size_t kBytes = StoreTcLayout<D>::kBytes;
   constexpr int kThreads = kStoreTcWarps * 32;
-  int device = 0, sms = 0, per_sm = 0, optin = 0;
+  int device = 0;
   OSCAR_CUDA_CHECK(cudaGetDevice(&device));
-  OSCAR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (static_cast<std::size_t>(optin) < kBytes) {
-    set_last_error(
-        "store_kv: the tensor-core path needs %zu bytes of shared memory per block at head_dim %d "
-        "(this device allows %d): use StoreKvPath::kFloat32",
-        kBytes, D, optin);
-    return Status::kUnsupported;
+  // Multiprocessors times resident blocks, worked out once per device (the shared-memory opt-in
+  // and the occupancy query cost host time that a store per decode step would pay every call).
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cached_slots[kCachedDevices] = {};
+  int slots = device < kCachedDevices ? cached_slots[device].load(std::memory_order_relaxed) : 0;
+  if (slots == 0) {
+    int sms = 0, per_sm = 0, optin = 0;
+    OSCAR_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (static_cast<std::size_t>(optin) < kBytes) {
+      set_last_error(
+          "store_kv: the tensor-core path needs %zu bytes of shared memory per block at head_dim "
+          "%d (this device allows %d): use StoreKvPath::kFloat32",
+          kBytes, D, optin);
+      return Status::kUnsupported;
+    }
+    OSCAR_CUDA_CHECK(cudaFuncSetAttribute(store_kv_tc_kernel<D>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kBytes)));
+    OSCAR_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    OSCAR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, store_kv_tc_kernel<D>,
+                                                                   kThreads, kBytes));
+    slots = std::max(sms * per_sm, 1);
+    if (device < kCachedDevices) cached_slots[device].store(slots, std::memory_order_relaxed);
   }
-  OSCAR_CUDA_CHECK(cudaFuncSetAttribute(store_kv_tc_kernel<D>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kBytes)));
-  OSCAR_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  OSCAR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, store_kv_tc_kernel<D>,
-                                                                 kThreads, kBytes));
   const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
-  const std::int64_t fill = std::max<std::int64_t>(
-      1, std::int64_t{sms} * std::max(per_sm, 1) / (2 * std::int64_t{p.num_kv_heads}));
+  const std::int64_t fill =
+      std::max<std::int64_t>(1, std::int64_t{slots} / (2 * std::int64_t{p.num_kv_heads}));
   const std::int64_t needed = (tiles + kStoreTcWarps - 1) / kStoreTcWarps;
   const dim3 grid(static_cast<unsigned>(std::min(fill, needed)),
                   static_cast<unsigned>(p.num_kv_heads), 2);

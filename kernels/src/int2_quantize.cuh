@@ -691,6 +691,14 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
 // thresholds cannot serve and clip ratios whose top list would be too long (int2r::top_length)
 // go through demote_row_exact, the whole warp on one row.
 
+// The four 32-bit words (bf16 pairs) of a 16-byte vector, into w[0..3].
+__device__ __forceinline__ void unpack_words(const uint4& v, unsigned* w) {
+  w[0] = v.x;
+  w[1] = v.y;
+  w[2] = v.z;
+  w[3] = v.w;
+}
+
 // Quantizes the row this thread holds (bf16 pairs; clip position k with int2r::top_length(D - 1 -
 // k) > 0) and stores it at `row` of the pools: the codes as 16-byte vectors (16-byte aligned
 // pool), (scale, zero) as one word. Returns false, storing nothing, for a row the threshold form
@@ -752,11 +760,7 @@ __global__ void __launch_bounds__(kRowwiseWarps * 32)
     const uint4* src = reinterpret_cast<const uint4*>(source + src_row * D);
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
-      const uint4 v = active ? __ldcs(src + i) : make_uint4(0, 0, 0, 0);
-      w[4 * i] = v.x;
-      w[4 * i + 1] = v.y;
-      w[4 * i + 2] = v.z;
-      w[4 * i + 3] = v.w;
+      unpack_words(active ? __ldcs(src + i) : make_uint4(0, 0, 0, 0), &w[4 * i]);
     }
     stored = active && store_row_thread<D>(w, k, codes_pool, scale_zero_pool, dst_row);
   }
