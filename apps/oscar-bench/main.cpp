@@ -386,7 +386,7 @@ int main(int argc, char** argv) {
   // and smoothed as in the default bundles (a mean and scales per channel), values plain. Each
   // path: float32 FMAs, and bf16 tensor cores with split operands (d 64 / 128).
   double store_int2_gbs = 0.0, store_bf16_gbs = 0.0;
-  nlohmann::json stores = nlohmann::json::array();
+  nlohmann::json stores = nlohmann::json::array(), store_sweep = nlohmann::json::array();
   {
     const int tokens = 32768;
     const std::size_t rows = static_cast<std::size_t>(tokens) * hkv;
@@ -457,6 +457,36 @@ int main(int argc, char** argv) {
                         {"bf16_us", bf16_us},
                         {"bf16_gbs", bf16_gbs}});
     }
+    // Smaller stores (a decode step writes one token per sequence, a prefill chunk thousands):
+    // where the tensor-core path starts to pay, which sets StoreKvPath::kAuto's threshold.
+    if (d != 256) {
+      fmt::print(
+          "store time by token count (us; INT2 / BF16 destination)\n{:>8} {:>14} {:>14} {:>14}\n",
+          "tokens", "float32", "tensor cores", "auto");
+      for (const int n : {1, 32, 128, 512, 2048, 8192}) {
+        std::vector<double> us;
+        for (const StoreKvPath path :
+             {StoreKvPath::kFloat32, StoreKvPath::kTensorCore, StoreKvPath::kAuto}) {
+          StoreKvParams to_int2 = p, to_bf16 = p;
+          to_int2.num_tokens = to_bf16.num_tokens = n;
+          to_int2.path = to_bf16.path = path;
+          to_int2.int2_slot = slots.as<std::int64_t>();
+          to_bf16.bf16_slot = slots.as<std::int64_t>();
+          if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) die("store_kv");
+          us.push_back(time_us([&] { store_kv(to_int2); }, o.iters));
+          us.push_back(time_us([&] { store_kv(to_bf16); }, o.iters));
+        }
+        fmt::print("{:>8} {:>6.1f} / {:<6.1f} {:>6.1f} / {:<6.1f} {:>6.1f} / {:<6.1f}\n", n, us[0],
+                   us[1], us[2], us[3], us[4], us[5]);
+        store_sweep.push_back({{"tokens", n},
+                               {"float32_int2_us", us[0]},
+                               {"float32_bf16_us", us[1]},
+                               {"tensor_core_int2_us", us[2]},
+                               {"tensor_core_bf16_us", us[3]},
+                               {"auto_int2_us", us[4]},
+                               {"auto_bf16_us", us[5]}});
+      }
+    }
   }
 
   // Memory: KV bytes per token per layer and the largest batch at 128K in the budget.
@@ -494,6 +524,7 @@ int main(int argc, char** argv) {
                      {"store_int2_gbs", store_int2_gbs},
                      {"store_bf16_gbs", store_bf16_gbs},
                      {"store", stores},
+                     {"store_by_tokens", store_sweep},
                      {"kv_bytes_per_token_layer", {{"bf16", bf16_tok}, {"int2", int2_tok}}},
                      {"per_layer_bytes_128k", {{"bf16", bf16_tok * ctx}, {"int2", int2_seq}}},
                      {"budget_gib", o.budget_gib},

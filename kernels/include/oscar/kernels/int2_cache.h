@@ -41,8 +41,10 @@ using bf16_bits = std::uint16_t;
 // (any head_dim, any pool alignment). kTensorCore (head_dim 64 and 128) rotates on bf16 tensor
 // cores with both operands split into high and low bf16 terms (float32-level accuracy, in another
 // summation order, so a value may round to the neighbouring bf16) and quantizes one row per
-// thread; it needs 16-byte aligned K/V inputs and pools. kAuto: kFloat32 (kTensorCore is not yet
-// measured on a GPU). The INT2 rows are the exact quantization of the stored bf16 rows either way.
+// thread; it needs 16-byte aligned K/V inputs and pools. kAuto: kTensorCore from 1024 tokens on
+// when head_dim, alignment and the device's shared memory allow (on an H100 1.6x faster at 2048
+// tokens, 1.7x at 32768; slower below ~1000), else kFloat32. The INT2 rows are the exact
+// quantization of the stored bf16 rows either way.
 enum class StoreKvPath { kAuto, kFloat32, kTensorCore };
 
 struct StoreKvParams {
@@ -76,7 +78,8 @@ Status store_kv(const StoreKvParams& params);
 // Both kernels give the same bits (those of the C++ reference). kWarpBatched: a warp quantizes 8
 // rows together (4 at d = 256), threshold selection across the warp; any pool alignment.
 // kRowPerThread: one thread per row, no cross-lane work per row, for large demotions; needs
-// 16-byte aligned pools. kAuto: kWarpBatched (kRowPerThread is not yet measured on a GPU).
+// 16-byte aligned pools. kAuto: kRowPerThread when the pools allow it (2.0x faster on an H100:
+// 2349 against 1206 GB/s for 16384 pages; 12.0 against 12.6 us for 64), else kWarpBatched.
 enum class DemoteKernel { kAuto, kWarpBatched, kRowPerThread };
 
 struct DemotePagesParams {
