@@ -653,7 +653,7 @@ TEST(Int2Kernels, RejectBadArguments) {
     // The tensor-core store: head_dim 64 / 128 only, 16-byte aligned inputs and pools; refused
     // before anything is read (no tokens; the addresses are never dereferenced).
     alignas(16) static std::uint8_t bytes[64];
-    static float rotation[1];
+    alignas(16) static float rotation[4];
     StoreKvParams t;
     t.num_kv_heads = 1;
     t.head_dim = 256;
@@ -668,6 +668,9 @@ TEST(Int2Kernels, RejectBadArguments) {
     EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
     EXPECT_NE(std::string(last_error_message()).find("16-byte aligned"), std::string::npos);
     t.v = t.k;
+    t.v_rotation = rotation + 1;  // R is read as float4
+    EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
+    t.v_rotation = rotation;
     t.path = static_cast<StoreKvPath>(7);
     EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
   }

@@ -1520,25 +1520,35 @@ Status dispatch_dim(const DecodeParams& p, const SplitPlan& plan, float* o, Spli
 }
 
 // ---------------------------------------------------------------------------------------------
-// store_kv on tensor cores (StoreKvPath::kTensorCore; d 64 and 128). The rotation x' R of a
-// 32-token tile is one [32, d] x [d, d] product per warp on bf16 tensor cores (m16n8k16, float32
-// accumulation) with float32 accuracy kept by splitting both operands into high and low bf16
-// terms: x' R ~ x'_hi R_hi + x'_hi R_lo + x'_lo R_hi (the dropped x'_lo R_lo is 2^-16 relative;
-// without a mean or smoothing x' = x is a bf16 row, x'_lo = 0 and that term is skipped). The block
-// keeps R^T of its (KV head, K or V) as bf16 high / low terms in shared memory for all its tiles;
-// each warp stages its tile's x' terms, multiplies, writes the bf16-rounded rows back over its
-// tile buffer, copies them to BF16 slots, and quantizes INT2 slots one row per thread
-// (int2r::quantize_row), whole warp on the rows that the threshold form declines.
-constexpr int kStoreTcWarps = 8;
+// store_kv on tensor cores (StoreKvPath::kTensorCore; d 64 and 128). Centring and smoothing are
+// folded into the rotation: ((x - mean) / s) R = x R' - b with R' = diag(1 / s) R and b = mean R',
+// so a row enters the product as the bf16 row it is and each warp's tile is a plain copy (cp.async,
+// no per-element division). x R' of a 32-token tile is two [16, d] x [d, d] products per warp on
+// bf16 tensor cores (m16n8k16, float32 accumulation) with float32 accuracy kept by splitting R'
+// into high and low bf16 terms (x R' ~ x R'_hi + x R'_lo; R'_lo is 2^-9 of R'_hi, what it drops
+// 2^-17). Subtracting b after the product leaves the float32 rounding of terms as large as x R'
+// instead of x' R: at |mean| 30x the spread of a channel that is 2^-24 * 30 * sqrt(d) relative,
+// far below the bf16 rounding of the stored row (2^-9). The block keeps R'^T's two terms and b
+// in shared memory for all its tiles; each warp copies its tile in, multiplies one 16-token half at
+// a time (64 accumulators at d 128, so 16 warps fit a multiprocessor at 128 registers), writes the
+// bf16-rounded rows back over its tile buffer, copies them to BF16 slots, and quantizes INT2 slots
+// one row per thread (int2r::quantize_row), whole warp on the rows that the threshold form
+// declines. Every warp's work is a serial chain (copy, product, quantize); 16 warps per
+// multiprocessor overlap those chains where 8 left the issue slots idle.
+constexpr int kStoreTcWarps = 16;
 constexpr int kStoreTcTokens = 32;
 
 template <int D>
 struct StoreTcLayout {
   static constexpr int kPitch = D + 8;  // bf16 per shared row: 16-byte rows, ldmatrix conflict-free
-  static constexpr std::size_t kRotationElements = std::size_t{2} * D * kPitch;  // R^T hi, lo
-  static constexpr std::size_t kTileElements = std::size_t{2} * kStoreTcTokens * kPitch;
-  static constexpr std::size_t kBytes =
-      (kRotationElements + kStoreTcWarps * kTileElements) * sizeof(__nv_bfloat16);
+  static constexpr std::size_t kRotationBytes =
+      std::size_t{2} * D * kPitch * sizeof(__nv_bfloat16);  // R'^T high and low terms
+  static constexpr std::size_t kBiasBytes = std::size_t{D} * sizeof(float);
+  static constexpr std::size_t kTileBytes =
+      std::size_t{kStoreTcTokens} * kPitch * sizeof(__nv_bfloat16);
+  static constexpr std::size_t kBytes = kRotationBytes + kBiasBytes + kStoreTcWarps * kTileBytes;
+  static_assert(kRotationBytes % 16 == 0 && kBiasBytes % 16 == 0 && kTileBytes % 16 == 0,
+                "16-byte aligned shared regions");
 };
 
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const __nv_bfloat16* row) {
@@ -1565,132 +1575,139 @@ __device__ __forceinline__ void split_bf16(float v, __nv_bfloat16& hi, __nv_bflo
 
 template <int D>
 __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(StoreKvParams p) {
-  constexpr int P = StoreTcLayout<D>::kPitch;
+  using Layout = StoreTcLayout<D>;
+  constexpr int P = Layout::kPitch;
   constexpr int kChunks = D / 8;  // 16-byte chunks of a row
+  constexpr int kThreads = kStoreTcWarps * 32;
   extern __shared__ __align__(16) unsigned char store_tc_smem[];
-  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);  // [j][i] = R[i][j]
+  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);  // [j][i] = R'[i][j]
   __nv_bfloat16* const r_lo = r_hi + D * P;
+  float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  __nv_bfloat16* const x_hi = r_lo + D * P + warp * StoreTcLayout<D>::kTileElements;
-  __nv_bfloat16* const x_lo = x_hi + kStoreTcTokens * P;
+  __nv_bfloat16* const tile_rows = reinterpret_cast<__nv_bfloat16*>(
+      store_tc_smem + Layout::kRotationBytes + Layout::kBiasBytes + warp * Layout::kTileBytes);
   const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
   const bool is_key = blockIdx.z == 0;
 
+  // R' = diag(1 / s) R as high / low terms, transposed; then b = mean R' from those terms (so that
+  // x R'_split - b is (x - mean) R'_split up to float32 rounding).
   const float* rot =
       (is_key ? p.k_rotation : p.v_rotation) + static_cast<std::int64_t>(head) * D * D;
-  for (int idx = static_cast<int>(threadIdx.x); idx < D * D; idx += kStoreTcWarps * 32) {
-    const int i = idx / D, j = idx % D;
-    split_bf16(__ldg(rot + idx), r_hi[j * P + i], r_lo[j * P + i]);
-  }
-  __syncthreads();
-
-  const bf16_bits* src = is_key ? p.k : p.v;
   const float* mean = is_key ? p.k_mean : p.v_mean;
   const float* smooth = is_key ? p.k_smooth : nullptr;
   if (mean != nullptr) mean += head * D;
   if (smooth != nullptr) smooth += head * D;
-  const bool split_input = mean != nullptr || smooth != nullptr;
+  {
+    // Every load of R (and of the smoothing scales) issued before the first is used: a loop of
+    // load-then-store waited for memory once per iteration, ~20 us at d 128 before any tile.
+    constexpr int kVectors = D * D / 4 / kThreads;  // float4 of R per thread: 8 at d 128
+    static_assert(kVectors * 4 * kThreads == D * D, "R in whole float4 per thread");
+    float4 r4[kVectors];
+    float inv[kVectors];
+#pragma unroll
+    for (int u = 0; u < kVectors; ++u) {
+      const int idx = 4 * (static_cast<int>(threadIdx.x) + u * kThreads);
+      r4[u] = __ldg(reinterpret_cast<const float4*>(rot + idx));
+      inv[u] = smooth != nullptr ? __ldg(smooth + idx / D) : 1.0f;
+    }
+    __syncwarp();  // a memory-ordering point: the compiler keeps every load above it
+#pragma unroll
+    for (int u = 0; u < kVectors; ++u) {
+      const int idx = 4 * (static_cast<int>(threadIdx.x) + u * kThreads), i = idx / D, j = idx % D;
+      const float r[4] = {r4[u].x, r4[u].y, r4[u].z, r4[u].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = smooth != nullptr ? __fdiv_rn(r[e], inv[u]) : r[e];
+        split_bf16(v, r_hi[(j + e) * P + i], r_lo[(j + e) * P + i]);
+      }
+    }
+  }
+  __syncthreads();
+  {
+    constexpr int kParts = kThreads / D;  // threads per column of b
+    const int j = static_cast<int>(threadIdx.x) / kParts,
+              part = static_cast<int>(threadIdx.x) % kParts;
+    float b = 0.0f;
+    if (mean != nullptr) {
+      for (int i = part; i < D; i += kParts) {
+        const float r = __bfloat162float(r_hi[j * P + i]) + __bfloat162float(r_lo[j * P + i]);
+        b = fmaf(__ldg(mean + i), r, b);
+      }
+    }
+#pragma unroll
+    for (int off = kParts / 2; off > 0; off >>= 1) b += __shfl_xor_sync(kFullMask, b, off);
+    if (part == 0) bias[j] = b;
+  }
+  __syncthreads();
+
+  const bf16_bits* src = is_key ? p.k : p.v;
   const float clip = p.int2_slot != nullptr ? (is_key ? p.k_clip : p.v_clip)[head] : 1.0f;
   const int clip_k = int2q::clip_position<D>(clip);
   const bool thread_path = clip_k >= 0 && int2r::top_length(D - 1 - clip_k) > 0;
   const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
-  for (std::int64_t tile = static_cast<std::int64_t>(blockIdx.x) * kStoreTcWarps + warp;
-       tile < tiles; tile += static_cast<std::int64_t>(gridDim.x) * kStoreTcWarps) {
+  // Tiles go round the blocks first, so that a store of few tiles spreads over multiprocessors.
+  for (std::int64_t tile = static_cast<std::int64_t>(warp) * gridDim.x + blockIdx.x; tile < tiles;
+       tile += static_cast<std::int64_t>(gridDim.x) * kStoreTcWarps) {
     const std::int64_t token0 = tile * kStoreTcTokens;
     const int count = static_cast<int>(
         p.num_tokens - token0 < kStoreTcTokens ? p.num_tokens - token0 : kStoreTcTokens);
 
-    // 1. x' = (x - mean) / smooth as bf16 high and low terms (zero rows past count).
-    for (int idx = lane; idx < kStoreTcTokens * kChunks; idx += 32) {
-      const int t = idx / kChunks, c = (idx % kChunks) * 8;
-      uint4 raw = make_uint4(0, 0, 0, 0);
-      if (t < count) {
-        raw = __ldcs(reinterpret_cast<const uint4*>(src + ((token0 + t) * hkv + head) * D + c));
-      }
-      if (!split_input) {
-        *reinterpret_cast<uint4*>(x_hi + t * P + c) = raw;
-        continue;
-      }
-      const bf16_bits* in = reinterpret_cast<const bf16_bits*>(&raw);
-      __align__(16) __nv_bfloat16 hi[8], lo[8];
+    // 1. The tile's rows as they are (zero rows past count), all copies in flight at once.
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        float x = bf16_to_float(in[u]);
-        if (t < count) {  // as store_kv_kernel: centre, then smooth
-          if (mean != nullptr) x = __fsub_rn(x, mean[c + u]);
-          if (smooth != nullptr) x = __fdiv_rn(x, smooth[c + u]);
-        }
-        split_bf16(x, hi[u], lo[u]);
-      }
-      *reinterpret_cast<uint4*>(x_hi + t * P + c) = *reinterpret_cast<const uint4*>(hi);
-      *reinterpret_cast<uint4*>(x_lo + t * P + c) = *reinterpret_cast<const uint4*>(lo);
+    for (int u = 0; u < kStoreTcTokens * kChunks / 32; ++u) {
+      const int idx = lane + 32 * u, t = idx / kChunks, c = (idx % kChunks) * 8;
+      const bool live = t < count;
+      cp_async_16(tile_rows + t * P + c, live ? src + ((token0 + t) * hkv + head) * D + c : src,
+                  live ? 16 : 0);
     }
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncwarp();
 
-    // 2. [32, D] x [D, D]: two m-tiles of 16 tokens, all D / 8 n-tiles in registers.
-    float acc[2][D / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
+    // 2. x R' - b, one 16-token half at a time (all D / 8 n-tiles in registers), rounded to bf16
+    // over the half's rows (lane: rows g, g + 8, columns 2 t, 2 t + 1 of each n-tile).
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      float acc[D / 8][4];
 #pragma unroll
       for (int nt = 0; nt < D / 8; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      std::uint32_t a_hi[2][4], a_lo[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        const int offset = (mt * 16 + (lane & 15)) * P + ks * 16 + (lane >> 4) * 8;
-        ldmatrix_x4(a_hi[mt], x_hi + offset);
-        if (split_input) {
-          ldmatrix_x4(a_lo[mt], x_lo + offset);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) a_lo[mt][e] = 0u;
-        }
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
       }
 #pragma unroll
-      for (int np = 0; np < D / 16; ++np) {  // n-tiles 2 np and 2 np + 1
-        const int offset =
-            (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + ks * 16 + ((lane >> 3) & 1) * 8;
-        std::uint32_t b_hi[4], b_lo[4];
-        ldmatrix_x4(b_hi, r_hi + offset);
-        ldmatrix_x4(b_lo, r_lo + offset);
+      for (int ks = 0; ks < D / 16; ++ks) {
+        std::uint32_t a[4];
+        ldmatrix_x4(a, tile_rows + (half * 16 + (lane & 15)) * P + ks * 16 + (lane >> 4) * 8);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
+        for (int np = 0; np < D / 16; ++np) {  // n-tiles 2 np and 2 np + 1
+          const int offset =
+              (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + ks * 16 + ((lane >> 3) & 1) * 8;
+          std::uint32_t b_hi[4], b_lo[4];
+          ldmatrix_x4(b_hi, r_hi + offset);
+          ldmatrix_x4(b_lo, r_lo + offset);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            float(&c)[4] = acc[mt][2 * np + h];
-            mma_16816_bf16(c, a_hi[mt], b_hi[2 * h], b_hi[2 * h + 1]);
-            mma_16816_bf16(c, a_hi[mt], b_lo[2 * h], b_lo[2 * h + 1]);
-            if (split_input) mma_16816_bf16(c, a_lo[mt], b_hi[2 * h], b_hi[2 * h + 1]);
+            float(&c)[4] = acc[2 * np + h];
+            mma_16816_bf16(c, a, b_hi[2 * h], b_hi[2 * h + 1]);
+            mma_16816_bf16(c, a, b_lo[2 * h], b_lo[2 * h + 1]);
           }
         }
       }
-    }
-    __syncwarp();  // every fragment of the tile is read: its buffer takes the rotated rows
-
-    // 3. Rotated rows, rounded to bf16, into x_hi (lane: rows g, g + 8 of each m-tile, columns
-    // 2 t, 2 t + 1 of each n-tile).
-    {
+      __syncwarp();  // the half's rows are read: they take the rotated rows
       const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-          const int col = nt * 8 + 2 * t, row = mt * 16 + g;
-          *reinterpret_cast<__nv_bfloat162*>(x_hi + row * P + col) =
-              __floats2bfloat162_rn(acc[mt][nt][0], acc[mt][nt][1]);
-          *reinterpret_cast<__nv_bfloat162*>(x_hi + (row + 8) * P + col) =
-              __floats2bfloat162_rn(acc[mt][nt][2], acc[mt][nt][3]);
-        }
+      for (int nt = 0; nt < D / 8; ++nt) {
+        const int col = nt * 8 + 2 * t, row = half * 16 + g;
+        const float b0 = bias[col], b1 = bias[col + 1];
+        *reinterpret_cast<__nv_bfloat162*>(tile_rows + row * P + col) =
+            __floats2bfloat162_rn(__fsub_rn(acc[nt][0], b0), __fsub_rn(acc[nt][1], b1));
+        *reinterpret_cast<__nv_bfloat162*>(tile_rows + (row + 8) * P + col) =
+            __floats2bfloat162_rn(__fsub_rn(acc[nt][2], b0), __fsub_rn(acc[nt][3], b1));
       }
     }
     __syncwarp();
 
-    // 4. BF16 slots: 16-byte copies of the rows.
+    // 3. BF16 slots: 16-byte copies of the rows.
     if (p.bf16_slot != nullptr) {
       bf16_bits* pool = is_key ? p.k_bf16 : p.v_bf16;
       for (int idx = lane; idx < count * kChunks; idx += 32) {
@@ -1700,11 +1717,11 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
         const std::int64_t row =
             (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size;
         *reinterpret_cast<uint4*>(pool + row * D + c) =
-            *reinterpret_cast<const uint4*>(x_hi + t * P + c);
+            *reinterpret_cast<const uint4*>(tile_rows + t * P + c);
       }
     }
 
-    // 5. INT2 slots: row `lane` by its thread; the rows it declines by the whole warp.
+    // 4. INT2 slots: row `lane` by its thread; the rows it declines by the whole warp.
     if (p.int2_slot != nullptr) {
       std::uint8_t* codes_pool = is_key ? p.k_codes : p.v_codes;
       bf16_bits* scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
@@ -1714,7 +1731,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
       bool stored = false;
       if (thread_path) {
         unsigned w[D / 2];
-        const uint4* mine = reinterpret_cast<const uint4*>(x_hi + lane * P);
+        const uint4* mine = reinterpret_cast<const uint4*>(tile_rows + lane * P);
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) int2q::unpack_words(mine[i], &w[4 * i]);
         stored =
@@ -1726,32 +1743,52 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
         const std::int64_t dst_row = __shfl_sync(kFullMask, row, r);
         float rotated[D / 32];
 #pragma unroll
-        for (int m = 0; m < D / 32; ++m) rotated[m] = __bfloat162float(x_hi[r * P + lane + 32 * m]);
+        for (int m = 0; m < D / 32; ++m) {
+          rotated[m] = __bfloat162float(tile_rows[r * P + lane + 32 * m]);
+        }
         quantize_row_bf16<D>(rotated, clip, codes_pool + dst_row * (D / 4),
                              scale_zero_pool + 2 * dst_row);
       }
     }
-    __syncwarp();  // the tile buffer is free for the next tile
+    __syncwarp();  // the tile buffer is free for the next tile's copies
   }
 }
 
-// StoreKvPath::kAuto takes the tensor-core path from this many tokens on. Measured on an H100
-// (results page): at 512 tokens the float32 kernel is faster (32.5 against 45.0 us: each
-// tensor-core block loads all of R's split terms for few rows), at 2048 the tensor-core one
-// (45.2 against 72.6 us); the two cross near 1000.
-constexpr std::int64_t kStoreTcMinTokens = 1024;
-
-// Whether this device gives a block the tensor-core store's shared memory.
-bool store_tc_fits_device(int head_dim) {
-  int device = 0, optin = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess) {
+// Multiprocessors times resident blocks of store_kv_tc_kernel<D> on the current device, worked
+// out once per device (the shared-memory opt-in and the occupancy query cost host time that a
+// store per decode step would pay every call); 0 when the device cannot give a block the
+// kernel's shared memory (or has no CUDA device).
+template <int D>
+int store_tc_slots() {
+  constexpr std::size_t kBytes = StoreTcLayout<D>::kBytes;
+  constexpr int kUnsupportedDevice = -1;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return 0;
   }
-  const std::size_t need = head_dim == 64 ? StoreTcLayout<64>::kBytes : StoreTcLayout<128>::kBytes;
-  return static_cast<std::size_t>(optin) >= need;
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cached_slots[kCachedDevices] = {};
+  int slots = device < kCachedDevices ? cached_slots[device].load(std::memory_order_relaxed) : 0;
+  if (slots == 0) {
+    int sms = 0, per_sm = 0, optin = 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess ||
+        static_cast<std::size_t>(optin) < kBytes ||
+        cudaFuncSetAttribute(store_kv_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kBytes)) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, store_kv_tc_kernel<D>,
+                                                      kStoreTcWarps * 32, kBytes) != cudaSuccess ||
+        per_sm < 1) {
+      cudaGetLastError();
+      slots = kUnsupportedDevice;
+    } else {
+      slots = sms * per_sm;
+    }
+    if (device < kCachedDevices) cached_slots[device].store(slots, std::memory_order_relaxed);
+  }
+  return slots == kUnsupportedDevice ? 0 : slots;
 }
 
 // Launches store_kv_tc_kernel<D>: as many blocks per (KV head, K or V) as fill the GPU in one wave.
@@ -1759,38 +1796,26 @@ template <int D>
 Status launch_store_kv_tc(const StoreKvParams& p) {
   constexpr std::size_t kBytes = StoreTcLayout<D>::kBytes;
   constexpr int kThreads = kStoreTcWarps * 32;
-  int device = 0;
-  OSCAR_CUDA_CHECK(cudaGetDevice(&device));
-  // Multiprocessors times resident blocks, worked out once per device (the shared-memory opt-in
-  // and the occupancy query cost host time that a store per decode step would pay every call).
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> cached_slots[kCachedDevices] = {};
-  int slots = device < kCachedDevices ? cached_slots[device].load(std::memory_order_relaxed) : 0;
+  const int slots = store_tc_slots<D>();
   if (slots == 0) {
-    int sms = 0, per_sm = 0, optin = 0;
-    OSCAR_CUDA_CHECK(
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    if (static_cast<std::size_t>(optin) < kBytes) {
-      set_last_error(
-          "store_kv: the tensor-core path needs %zu bytes of shared memory per block at head_dim "
-          "%d (this device allows %d): use StoreKvPath::kFloat32",
-          kBytes, D, optin);
-      return Status::kUnsupported;
+    int device = 0, optin = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess) {
+      cudaGetLastError();
     }
-    OSCAR_CUDA_CHECK(cudaFuncSetAttribute(store_kv_tc_kernel<D>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(kBytes)));
-    OSCAR_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    OSCAR_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, store_kv_tc_kernel<D>,
-                                                                   kThreads, kBytes));
-    slots = std::max(sms * per_sm, 1);
-    if (device < kCachedDevices) cached_slots[device].store(slots, std::memory_order_relaxed);
+    set_last_error(
+        "store_kv: the tensor-core path needs %zu bytes of shared memory per block at head_dim %d "
+        "(this device allows %d): use StoreKvPath::kFloat32",
+        kBytes, D, optin);
+    return Status::kUnsupported;
   }
   const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
   const std::int64_t fill =
       std::max<std::int64_t>(1, std::int64_t{slots} / (2 * std::int64_t{p.num_kv_heads}));
-  const std::int64_t needed = (tiles + kStoreTcWarps - 1) / kStoreTcWarps;
-  const dim3 grid(static_cast<unsigned>(std::min(fill, needed)),
+  // A block per tile up to a wave: few tiles run one per multiprocessor (a warp per tile), not
+  // side by side in one block.
+  const dim3 grid(static_cast<unsigned>(std::min(fill, tiles)),
                   static_cast<unsigned>(p.num_kv_heads), 2);
   store_kv_tc_kernel<D><<<grid, kThreads, kBytes, p.stream>>>(p);
   OSCAR_CUDA_CHECK(cudaGetLastError());
@@ -1831,25 +1856,27 @@ Status store_kv(const StoreKvParams& p) {
   }
   const auto aligned = [](const void* ptr) { return is_aligned(ptr, 16); };
   const bool tc_aligned =
-      aligned(p.k) && aligned(p.v) &&
+      aligned(p.k) && aligned(p.v) && aligned(p.k_rotation) && aligned(p.v_rotation) &&
       (p.bf16_slot == nullptr || (aligned(p.k_bf16) && aligned(p.v_bf16))) &&
       (p.int2_slot == nullptr || (aligned(p.k_codes) && aligned(p.v_codes) &&
                                   is_aligned(p.k_scale_zero, 4) && is_aligned(p.v_scale_zero, 4)));
-  if (p.path == StoreKvPath::kAuto && p.head_dim != 256 && tc_aligned &&
-      p.num_tokens >= kStoreTcMinTokens && store_tc_fits_device(p.head_dim)) {
-    StoreKvParams tc = p;
-    tc.path = StoreKvPath::kTensorCore;
-    return store_kv(tc);
+  StoreKvPath path = p.path;
+  if (path == StoreKvPath::kAuto) {
+    // The tensor-core kernel wherever it runs: on an H100 it is faster from one token on (21.6
+    // against 23.6 us for 1, 22.3 against 33.4 for 512, 168 against 854 for 32768; results page).
+    const bool tc = p.head_dim != 256 && tc_aligned &&
+                    (p.head_dim == 64 ? store_tc_slots<64>() : store_tc_slots<128>()) > 0;
+    path = tc ? StoreKvPath::kTensorCore : StoreKvPath::kFloat32;
   }
-  if (p.path == StoreKvPath::kTensorCore) {
+  if (path == StoreKvPath::kTensorCore) {
     if (p.head_dim == 256) {
       set_last_error("store_kv: the tensor-core path serves head_dim 64 and 128 (use kFloat32)");
       return Status::kUnsupported;
     }
     if (!tc_aligned) {
       set_last_error(
-          "store_kv: the tensor-core path needs 16-byte aligned K/V inputs, BF16 and code pools "
-          "(4-byte aligned scale pools)");
+          "store_kv: the tensor-core path needs 16-byte aligned K/V inputs, rotations, BF16 and "
+          "code pools (4-byte aligned scale pools)");
       return Status::kInvalidArgument;
     }
     if (p.num_tokens == 0) return Status::kOk;

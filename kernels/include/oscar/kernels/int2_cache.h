@@ -38,13 +38,14 @@ using bf16_bits = std::uint16_t;
 // later gets exactly the codes it would have got here.
 //
 // Paths (StoreKvParams::path): kFloat32 rotates with float32 fused multiply-adds in a fixed order
-// (any head_dim, any pool alignment). kTensorCore (head_dim 64 and 128) rotates on bf16 tensor
-// cores with both operands split into high and low bf16 terms (float32-level accuracy, in another
+// (any head_dim, any pool alignment). kTensorCore (head_dim 64 and 128) folds centring and
+// smoothing into the rotation (x R' - b, R' = diag(1 / smooth) R, b = mean R'), rotates on bf16
+// tensor cores with R' split into high and low bf16 terms (float32-level accuracy, in another
 // summation order, so a value may round to the neighbouring bf16) and quantizes one row per
-// thread; it needs 16-byte aligned K/V inputs and pools. kAuto: kTensorCore from 1024 tokens on
-// when head_dim, alignment and the device's shared memory allow (on an H100 1.6x faster at 2048
-// tokens, 1.7x at 32768; slower below ~1000), else kFloat32. The INT2 rows are the exact
-// quantization of the stored bf16 rows either way.
+// thread; it needs 16-byte aligned K/V inputs, rotations and pools. kAuto: kTensorCore when
+// head_dim, alignment and the device's shared memory allow (faster at every token count measured, a
+// decode step's few rows included; figures on the results page), else kFloat32. The INT2 rows are
+// the exact quantization of the stored bf16 rows either way.
 enum class StoreKvPath { kAuto, kFloat32, kTensorCore };
 
 struct StoreKvParams {
