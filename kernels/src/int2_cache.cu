@@ -696,6 +696,10 @@ __device__ __forceinline__ void cp_async_16_to_if(bool copy, unsigned dst, std::
       "}" ::"r"(dst),
       "l"(gmem), "r"(static_cast<int>(copy)));
 }
+// An 8-byte copy (through L1: .cg takes 16 bytes only).
+__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(shared_address(smem)), "l"(gmem));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -1543,10 +1547,13 @@ struct StoreTcLayout {
   static constexpr int kPitch = D + 8;  // bf16 per shared row: 16-byte rows, ldmatrix conflict-free
   static constexpr std::size_t kRotationBytes =
       std::size_t{2} * D * kPitch * sizeof(__nv_bfloat16);  // R'^T high and low terms
-  static constexpr std::size_t kBiasBytes = std::size_t{D} * sizeof(float);
+  static constexpr std::size_t kBiasBytes = std::size_t{2} * D * sizeof(float);  // b, then mean
   static constexpr std::size_t kTileBytes =
       std::size_t{kStoreTcTokens} * kPitch * sizeof(__nv_bfloat16);
-  static constexpr std::size_t kBytes = kRotationBytes + kBiasBytes + kStoreTcWarps * kTileBytes;
+  // Per warp the slots of its tile's tokens: BF16 then INT2, 32 each.
+  static constexpr std::size_t kSlotBytes = std::size_t{2} * kStoreTcTokens * sizeof(std::int64_t);
+  static constexpr std::size_t kBytes =
+      kRotationBytes + kBiasBytes + kStoreTcWarps * (kTileBytes + kSlotBytes);
   static_assert(kRotationBytes % 16 == 0 && kBiasBytes % 16 == 0 && kTileBytes % 16 == 0,
                 "16-byte aligned shared regions");
 };
@@ -1583,12 +1590,18 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
   __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);  // [j][i] = R'[i][j]
   __nv_bfloat16* const r_lo = r_hi + D * P;
   float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);
+  float* const mean_sm = bias + D;
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   __nv_bfloat16* const tile_rows = reinterpret_cast<__nv_bfloat16*>(
       store_tc_smem + Layout::kRotationBytes + Layout::kBiasBytes + warp * Layout::kTileBytes);
+  std::int64_t* const tile_slots = reinterpret_cast<std::int64_t*>(
+      store_tc_smem + Layout::kRotationBytes + Layout::kBiasBytes +
+      kStoreTcWarps * Layout::kTileBytes + warp * Layout::kSlotBytes);  // [bf16, int2][token]
   const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
   const bool is_key = blockIdx.z == 0;
 
+  // The clip ratio's load goes out first: it is used only after the prologue.
+  const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
   // R' = diag(1 / s) R as high / low terms, transposed; then b = mean R' from those terms (so that
   // x R'_split - b is (x - mean) R'_split up to float32 rounding).
   const float* rot =
@@ -1600,20 +1613,28 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
   {
     // Every load of R (and of the smoothing scales) issued before the first is used: a loop of
     // load-then-store waited for memory once per iteration, ~20 us at d 128 before any tile.
+    // Lane l of a warp takes row i = l (mod d) and four columns of R, so that its stores into
+    // R'^T (row j, column i) are consecutive across the warp: a float4 per lane along rows of R
+    // made them 1088 bytes apart, a 16-way bank conflict on every store.
     constexpr int kVectors = D * D / 4 / kThreads;  // float4 of R per thread: 8 at d 128
     static_assert(kVectors * 4 * kThreads == D * D, "R in whole float4 per thread");
     float4 r4[kVectors];
     float inv[kVectors];
 #pragma unroll
     for (int u = 0; u < kVectors; ++u) {
-      const int idx = 4 * (static_cast<int>(threadIdx.x) + u * kThreads);
-      r4[u] = __ldg(reinterpret_cast<const float4*>(rot + idx));
-      inv[u] = smooth != nullptr ? __ldg(smooth + idx / D) : 1.0f;
+      const int v = static_cast<int>(threadIdx.x) + u * kThreads, i = v % D, j = 4 * (v / D);
+      r4[u] = __ldg(reinterpret_cast<const float4*>(rot + i * D + j));
+      inv[u] = smooth != nullptr ? __ldg(smooth + i) : 1.0f;
     }
+    // The mean goes to shared memory with the same round of loads (read from global memory in
+    // b's loop below, its loads waited one after another: ~10 us of a one-token store).
+    const float mean_element =
+        mean != nullptr && threadIdx.x < D ? __ldg(mean + threadIdx.x) : 0.0f;
     __syncwarp();  // a memory-ordering point: the compiler keeps every load above it
+    if (threadIdx.x < D) mean_sm[threadIdx.x] = mean_element;
 #pragma unroll
     for (int u = 0; u < kVectors; ++u) {
-      const int idx = 4 * (static_cast<int>(threadIdx.x) + u * kThreads), i = idx / D, j = idx % D;
+      const int v = static_cast<int>(threadIdx.x) + u * kThreads, i = v % D, j = 4 * (v / D);
       const float r[4] = {r4[u].x, r4[u].y, r4[u].z, r4[u].w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -1631,7 +1652,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     if (mean != nullptr) {
       for (int i = part; i < D; i += kParts) {
         const float r = __bfloat162float(r_hi[j * P + i]) + __bfloat162float(r_lo[j * P + i]);
-        b = fmaf(__ldg(mean + i), r, b);
+        b = fmaf(mean_sm[i], r, b);
       }
     }
 #pragma unroll
@@ -1641,7 +1662,6 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
   __syncthreads();
 
   const bf16_bits* src = is_key ? p.k : p.v;
-  const float clip = p.int2_slot != nullptr ? (is_key ? p.k_clip : p.v_clip)[head] : 1.0f;
   const int clip_k = int2q::clip_position<D>(clip);
   const bool thread_path = clip_k >= 0 && int2r::top_length(D - 1 - clip_k) > 0;
   const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
@@ -1652,7 +1672,14 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     const int count = static_cast<int>(
         p.num_tokens - token0 < kStoreTcTokens ? p.num_tokens - token0 : kStoreTcTokens);
 
-    // 1. The tile's rows as they are (zero rows past count), all copies in flight at once.
+    // 1. The tile's rows as they are (zero rows past count), all copies in flight at once, and
+    // its tokens' slots beside them (read from shared memory only for tokens below count).
+    if (lane < count) {
+      if (p.bf16_slot != nullptr) cp_async_8(tile_slots + lane, p.bf16_slot + token0 + lane);
+      if (p.int2_slot != nullptr) {
+        cp_async_8(tile_slots + kStoreTcTokens + lane, p.int2_slot + token0 + lane);
+      }
+    }
 #pragma unroll
     for (int u = 0; u < kStoreTcTokens * kChunks / 32; ++u) {
       const int idx = lane + 32 * u, t = idx / kChunks, c = (idx % kChunks) * 8;
@@ -1712,7 +1739,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
       bf16_bits* pool = is_key ? p.k_bf16 : p.v_bf16;
       for (int idx = lane; idx < count * kChunks; idx += 32) {
         const int t = idx / kChunks, c = (idx % kChunks) * 8;
-        const std::int64_t slot = p.bf16_slot[token0 + t];
+        const std::int64_t slot = tile_slots[t];
         if (slot < 0) continue;
         const std::int64_t row =
             (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size;
@@ -1725,7 +1752,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     if (p.int2_slot != nullptr) {
       std::uint8_t* codes_pool = is_key ? p.k_codes : p.v_codes;
       bf16_bits* scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
-      const std::int64_t slot = lane < count ? p.int2_slot[token0 + lane] : -1;
+      const std::int64_t slot = lane < count ? tile_slots[kStoreTcTokens + lane] : -1;
       const std::int64_t row =
           slot >= 0 ? (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size : -1;
       bool stored = false;
