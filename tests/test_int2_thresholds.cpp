@@ -383,11 +383,12 @@ TEST(Int2StoreSplit, FoldedRotationKeepsFloat32Accuracy) {
         mean[i] = static_cast<float>(20.0 * normal(rng));
         smooth[i] = static_cast<float>(scale(rng));
       }
-      // R' = diag(1 / s) R (one float32 division per entry, as the kernel), its terms, and b.
+      // R' = diag(1 / s) R (times the float32 reciprocal of s, as the kernel), its terms, and b.
       std::vector<float> r_hi(q.size()), r_lo(q.size()), b(d, 0.0f), b_hi(d, 0.0f);
       for (int i = 0; i < d; ++i) {
+        const float reciprocal = 1.0f / smooth[i];
         for (int j = 0; j < d; ++j) {
-          const float folded = r[i * d + j] / smooth[i];
+          const float folded = r[i * d + j] * reciprocal;
           r_hi[i * d + j] = bf16(folded);
           r_lo[i * d + j] = bf16(folded - r_hi[i * d + j]);
         }
