@@ -1379,6 +1379,10 @@ Residency resident_blocks(const DecodeParams& p) {
                           : resident_blocks_page<16>(p.head_dim, group);
 }
 
+// Multiprocessors the split plan keeps free of tensor-core blocks for the BF16 windows' kernel
+// (it runs beside them, started early by programmatic dependent launch): one in 32, 4 on an H100.
+long long window_multiprocessors(long long sms) { return std::max(1LL, sms / 32); }
+
 // The splits of each kernel: the SIMT kernel over all pages (path kSimt) or over the BF16 pages
 // only, and the tensor-core kernel over the INT2 tiles.
 struct SplitPlan {
@@ -1402,13 +1406,17 @@ SplitPlan plan_splits(const DecodeParams& p) {
   plan.simt_splits = static_cast<int>(std::max(1LL, std::min(wanted, pages / (2 * kDecodeWarps))));
   if (plan.tensor_core) {
     // Tensor-core blocks: exactly one wave of resident blocks over the whole batch (a partial
-    // second wave would double the time of its blocks), but at least 4 tiles for each warp.
+    // second wave would double the time of its blocks), but at least 4 tiles for each warp, and
+    // some multiprocessors left to the BF16 windows' kernel: with a block on every
+    // multiprocessor (few KV heads at batch 1) the windows waited for the INT2 blocks and then
+    // ran on one block (1M tokens, one KV head: 64.9 us, the INT2 kernel alone 37.4 us).
     const Residency residency = resident_blocks(p);
     const long long sms = device_multiprocessors();
     const long long tiles = (pages * p.page_size + kTileTokens - 1) / kTileTokens;
     const long long warps = p.head_dim >= 256 ? kTcWarps<256> : kTcWarps<128>;
+    const long long tc_slots = residency.tc * std::max(1LL, sms - window_multiprocessors(sms));
     plan.tc_splits = static_cast<int>(
-        std::max(1LL, std::min(std::max(1LL, residency.tc * sms / blocks), tiles / (4 * warps))));
+        std::max(1LL, std::min(std::max(1LL, tc_slots / blocks), tiles / (4 * warps))));
     // The BF16 windows run beside it on the multiprocessors its blocks leave free: as many
     // splits (up to one page per warp) as fit there at once, since a second wave of these short,
     // latency-bound blocks would outlast the INT2 kernel at batch 1.
