@@ -615,6 +615,11 @@ TEST(Int2Decode, RejectsUnusableBuffers) {
   bad.workspace_bytes = decode_workspace_bytes(p) - 1;
   refused(bad, "workspace");
   bad = p;
+  DeviceBuffer<std::uint8_t> wide_ws(decode_workspace_bytes(p) + 16);
+  bad.workspace = wide_ws.ptr + 4;  // the split merge reads partial results as float4
+  bad.workspace_bytes = decode_workspace_bytes(p);
+  refused(bad, "16-byte aligned workspace");
+  bad = p;
   std::vector<std::uint8_t> host_workspace(decode_workspace_bytes(p));
   bad.workspace = host_workspace.data();  // not device memory
   refused(bad, "workspace");

@@ -278,71 +278,180 @@ struct SplitRange {
 // The blocks of both decode kernels count themselves per (sequence, KV head) when their partial
 // result is written; the last one merges, so no merge kernel is launched. The counters wrap back
 // to zero on the last count (atomicInc), so a call leaves them as it found them and no memset
-// precedes the launch.
+// precedes the launch. When the partial results of a (sequence, KV head) are too large for one
+// block to read quickly (one KV head over 128 splits at d 256 and G 8: 1.1 MB, tens of
+// microseconds for one multiprocessor), the merge takes two levels: the splits count themselves
+// in groups, the last block of each group merges the group into the group's first slot, and the
+// last group to finish merges the groups.
+constexpr int kMaxMergeGroups = 32;  // per (sequence, KV head): sizes the counters' region
 struct MergeCount {
-  unsigned* counters = nullptr;  // [batch, KV heads]; null: merge_splits_kernel merges
-  int blocks = 0;                // blocks of both kernels per (sequence, KV head)
+  // [batch, KV heads] pair counters, then [batch, KV heads, kMaxMergeGroups] group counters;
+  // null: merge_splits_kernel merges.
+  unsigned* counters = nullptr;
+  int blocks = 0;  // split slots of both kernels per (sequence, KV head)
+  int group = 0;   // slots per first-level group; 0: the last block merges all slots at once
 };
 
-// True in every thread of the block that finished last; its view of the other blocks' partial
-// results is then complete.
-__device__ __forceinline__ bool finishes_last(const MergeCount& merge, int b, int kvh) {
+// True in every thread of the block whose count is the last of `expected` on `counter`; its view
+// of the other counted blocks' writes is then complete. One acquire-release count by one thread
+// after the block's barrier orders the whole block's writes before it (release, cumulative
+// through the barrier) and the other blocks' counted writes before the merge's reads (acquire),
+// as the split-K semaphores of CUTLASS do; a sequentially consistent fence in every thread
+// (__threadfence) cost ~0.3 us at 128K batch 1 and ~1 us at batch 8 on the H100.
+__device__ __forceinline__ bool counts_last(unsigned* counter, int expected) {
   __shared__ bool last;
-  __threadfence();  // this block's partial result is visible device-wide before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
-    const unsigned final_count = static_cast<unsigned>(merge.blocks - 1);
-    last = atomicInc(&merge.counters[b * gridDim.y + kvh], final_count) == final_count;
+    const unsigned final_count = static_cast<unsigned>(expected - 1);
+    unsigned before;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(before)
+                 : "l"(counter), "r"(final_count)
+                 : "memory");
+    last = before == final_count;
   }
   __syncthreads();
-  if (last) __threadfence();  // results counted before ours are read after the count
   return last;
 }
 
-// Merges all splits of a (sequence, KV head) into the output inside the block that finished last:
-// the same log-sum-exp combination as merge_splits_kernel, the G heads' split weights in shared
-// memory (weight: G * total floats, inv_l: G floats).
+// Log-sum-exp merge, by the whole block, of `count` partial results of each of the G heads of
+// (b, kvh): the slots first, first + stride, ... of `total`. to_output: the normalized result
+// goes to p.out; otherwise the merged (max, sum) and unnormalized output go to slot `first`, a
+// partial result like a split's. Shared memory: weight[G * count], head_l[G] and, when there are
+// more threads than float4 columns, reduce[W * 32]. The columns are read as float4 with
+// kMergeBatch loads in flight a thread; threads beyond the columns take every kParts-th slot
+// and are summed through `reduce`, so small merges cost one L2 round trip.
+constexpr int kMergeBatch = 8;
 template <int D, int G, int W>
-__device__ void merge_in_block(const DecodeParams& p, const float* part_o,
-                               const SplitPartial* part_ml, int b, int kvh, int total,
-                               float* weight, float* inv_l) {
+__device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartial* part_ml, int b,
+                               int kvh, int total, int first, int count, int stride, bool to_output,
+                               float* weight, float* head_l, float4* reduce) {
+  constexpr int kThreads = W * 32, kColumns = G * D / 4;
+  constexpr int kParts = kThreads >= 2 * kColumns ? kThreads / kColumns : 1;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const std::int64_t head0 = static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G;
   for (int g = warp; g < G; g += W) {
-    const SplitPartial* ml = part_ml + (head0 + g) * total;
+    SplitPartial* const ml = part_ml + (head0 + g) * total + first;
     float m = -INFINITY;
-    for (int s = lane; s < total; s += 32) m = fmaxf(m, __ldcg(&ml[s].m));
+    for (int i = lane; i < count; i += 32) {
+      m = fmaxf(m, __ldcg(&ml[static_cast<std::int64_t>(i) * stride].m));
+    }
     for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, off));
     float l = 0.0f;
-    for (int s = lane; s < total; s += 32) {
-      const float ms = __ldcg(&ml[s].m);
+    for (int i = lane; i < count; i += 32) {
+      const SplitPartial* const slot = &ml[static_cast<std::int64_t>(i) * stride];
+      const float ms = __ldcg(&slot->m);
       const float w = ms == -INFINITY ? 0.0f : exp2f(ms - m);
-      weight[g * total + s] = w;
-      l += w * __ldcg(&ml[s].l);
+      weight[g * count + i] = w;
+      l += w * __ldcg(&slot->l);
     }
-    l = warp_sum(l);
-    if (lane == 0) inv_l[g] = l > 0.0f ? 1.0f / l : 0.0f;
+    l = warp_sum(l);  // every lane's reads of the slots come before lane 0's write below
+    if (lane == 0) {
+      if (to_output) {
+        head_l[g] = l > 0.0f ? 1.0f / l : 0.0f;
+      } else {
+        ml[0] = {m, l};
+      }
+    }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += W * 32) {
-    const int g = idx / D, e = idx % D;
-    const float* po = part_o + (head0 + g) * total * D + e;
-    const float* wg = weight + g * total;
-    float o = 0.0f;
-    // 32 splits' loads in flight at once: one L2 round trip for the usual split counts.
-    constexpr int kBatch = 32;
-    for (int s0 = 0; s0 < total; s0 += kBatch) {
-      float part[kBatch];
+  const int part = kParts > 1 ? static_cast<int>(threadIdx.x) / kColumns : 0;
+  auto finish = [&](int column, float4 o) {
+    const int g = column / (D / 4), e = column % (D / 4) * 4;
+    if (to_output) {
+      bf16_bits* const out = p.out + (head0 + g) * D + e;
+      out[0] = float_to_bf16(o.x * head_l[g]);
+      out[1] = float_to_bf16(o.y * head_l[g]);
+      out[2] = float_to_bf16(o.z * head_l[g]);
+      out[3] = float_to_bf16(o.w * head_l[g]);
+    } else {
+      *reinterpret_cast<float4*>(part_o + ((head0 + g) * total + first) * D + e) = o;
+    }
+  };
+  if (part < kParts) {
+    for (int column = kParts > 1 ? static_cast<int>(threadIdx.x) % kColumns
+                                 : static_cast<int>(threadIdx.x);
+         column<kColumns; column += kParts> 1 ? kColumns : kThreads) {
+      const int g = column / (D / 4), e = column % (D / 4) * 4;
+      const float* const po = part_o + ((head0 + g) * total + first) * D + e;
+      const float* const wg = weight + g * count;
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int i0 = part; i0 < count; i0 += kParts * kMergeBatch) {
+        float4 x[kMergeBatch];
 #pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        part[k] = s0 + k < total ? __ldcg(po + static_cast<std::int64_t>(s0 + k) * D) : 0.0f;
+        for (int k = 0; k < kMergeBatch; ++k) {
+          const int i = i0 + k * kParts;
+          x[k] = i < count ? __ldcg(reinterpret_cast<const float4*>(
+                                 po + static_cast<std::int64_t>(i) * stride * D))
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int k = 0; k < kMergeBatch; ++k) {
+          const int i = i0 + k * kParts;
+          const float w = i < count ? wg[i] : 0.0f;
+          o.x = fmaf(w, x[k].x, o.x);
+          o.y = fmaf(w, x[k].y, o.y);
+          o.z = fmaf(w, x[k].z, o.z);
+          o.w = fmaf(w, x[k].w, o.w);
+        }
       }
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        if (s0 + k < total) o = fmaf(wg[s0 + k], part[k], o);
+      if constexpr (kParts > 1) {
+        reduce[threadIdx.x] = o;
+      } else {
+        finish(column, o);
       }
     }
-    p.out[(head0 + g) * D + e] = float_to_bf16(o * inv_l[g]);
+  }
+  if constexpr (kParts > 1) {
+    __syncthreads();
+    if (threadIdx.x < kColumns) {
+      float4 o = reduce[threadIdx.x];
+#pragma unroll
+      for (int q = 1; q < kParts; ++q) {
+        const float4 x = reduce[q * kColumns + threadIdx.x];
+        o.x += x.x;
+        o.y += x.y;
+        o.z += x.z;
+        o.w += x.w;
+      }
+      finish(threadIdx.x, o);
+    }
+  }
+}
+
+// The most partial results one merge_partials call of a MergeCount reads (its weights in shared
+// memory: G floats per result, then G for head_l).
+__host__ __device__ inline int merge_width(int blocks, int group) {
+  return group == 0 ? blocks : max(group, (blocks + group - 1) / group);
+}
+
+// Counts the block's split slot and merges when it is the last: in one level, or in two (see
+// MergeCount). Shared memory: `weight` holds G * (merge_width + 1) floats, `reduce` W * 32.
+template <int D, int G, int W>
+__device__ void merge_when_last(const DecodeParams& p, const MergeCount& merge, float* part_o,
+                                SplitPartial* part_ml, int b, int kvh, int slot, float* weight,
+                                float4* reduce) {
+  float* const head_l = weight + G * merge_width(merge.blocks, merge.group);
+  const int pair = b * gridDim.y + kvh, pairs = gridDim.y * gridDim.z;
+  unsigned* const pair_counter = merge.counters + pair;
+  if (merge.group == 0) {
+    if (counts_last(pair_counter, merge.blocks)) {
+      merge_partials<D, G, W>(p, part_o, part_ml, b, kvh, merge.blocks, 0, merge.blocks, 1, true,
+                              weight, head_l, reduce);
+    }
+    return;
+  }
+  const int group = slot / merge.group, first = group * merge.group;
+  const int members = min(merge.group, merge.blocks - first);
+  if (!counts_last(merge.counters + pairs + pair * kMaxMergeGroups + group, members)) return;
+  if (members > 1) {
+    merge_partials<D, G, W>(p, part_o, part_ml, b, kvh, merge.blocks, first, members, 1, false,
+                            weight, head_l, reduce);
+  }
+  const int groups = (merge.blocks + merge.group - 1) / merge.group;
+  if (counts_last(pair_counter, groups)) {
+    merge_partials<D, G, W>(p, part_o, part_ml, b, kvh, merge.blocks, 0, groups, merge.group, true,
+                            weight, head_l, reduce);
   }
 }
 
@@ -395,12 +504,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int page_begin = split * per_split;
   const int page_end = min(total_pages, page_begin + per_split);
 
-  // Queries of the group (G heads), the lane's 16 elements each, and their full sums.
-  float q[G][16];
-  float q_sum[G];
+  // A warp's queries and accumulators take 2 x 16 floats a lane per head: at G = 8 they do not
+  // fit the registers (ptxas spilled 2.0 KB a thread at d 128, 3.9 KB at d 256), so the warps
+  // split the group's heads into kHeadGroups groups of HG (warp w takes group w % kHeadGroups)
+  // and each group's warps share the split's pages (the second group's reads hit L1/L2).
+  constexpr int HG = G > 4 ? 4 : G;
+  constexpr int kHeadGroups = G / HG, kPageWarps = kDecodeWarps / kHeadGroups;
+  const int head_group = warp % kHeadGroups, head0 = head_group * HG;
+
+  // Queries of the warp's heads, the lane's 16 elements each, and their full sums.
+  float q[HG][16];
+  float q_sum[HG];
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const bf16_bits* qh = p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + g) * D;
+  for (int g = 0; g < HG; ++g) {
+    const bf16_bits* qh =
+        p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + head0 + g) * D;
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -415,9 +533,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     q_sum[g] = s;
   }
 
-  float m_run[G], l_run[G], acc[G][16], acc_zero[G];
+  float m_run[HG], l_run[HG], acc[HG][16], acc_zero[HG];
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < HG; ++g) {
     m_run[g] = -INFINITY;
     l_run[g] = 0.0f;
     acc_zero[g] = 0.0f;
@@ -426,7 +544,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
 
-  for (int vp = page_begin + warp; vp < page_end; vp += kDecodeWarps) {
+  for (int vp = page_begin + warp / kHeadGroups; vp < page_end; vp += kPageWarps) {
     // Where the page lives and how many of its tokens are valid.
     bool is_int2;
     int page, valid;
@@ -449,22 +567,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const std::int64_t row0 = (static_cast<std::int64_t>(page) * hkv + kvh) * P;
 
     if (is_int2) {
-      process_page<D, G, P, true>(p, row0, valid, r, row_in_step, q, q_sum, scale_log2, m_run,
-                                  l_run, acc, acc_zero);
-    } else {
-      process_page<D, G, P, false>(p, row0, valid, r, row_in_step, q, q_sum, scale_log2, m_run,
+      process_page<D, HG, P, true>(p, row0, valid, r, row_in_step, q, q_sum, scale_log2, m_run,
                                    l_run, acc, acc_zero);
+    } else {
+      process_page<D, HG, P, false>(p, row0, valid, r, row_in_step, q, q_sum, scale_log2, m_run,
+                                    l_run, acc, acc_zero);
     }
   }
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < HG; ++g) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) acc[g][j] -= acc_zero[g];
   }
 
   // Combine the rows of the warp (lanes with the same r hold the same elements).
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < HG; ++g) {
     for (int off = L; off < 32; off <<= 1) {
       l_run[g] += __shfl_xor_sync(kFullMask, l_run[g], off);
 #pragma unroll
@@ -474,29 +592,48 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // Combine the warps of the block through shared memory.
   __shared__ float sm_m[kDecodeWarps][G], sm_l[kDecodeWarps][G];
   __shared__ float sm_o[kDecodeWarps][G][D];
+  // The heads of the other groups get an empty result from this warp (weight 0, and zeros, not
+  // whatever shared memory held, under it).
   if (lane < L) {
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
+    for (int g = 0; g < HG; ++g) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
 #pragma unroll
-        for (int f = 0; f < 4; ++f) sm_o[warp][g][Map::element(r, i, f)] = acc[g][i * 4 + f];
+        for (int f = 0; f < 4; ++f) {
+          sm_o[warp][head0 + g][Map::element(r, i, f)] = acc[g][i * 4 + f];
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      if (g / HG == head_group) continue;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int f = 0; f < 4; ++f) sm_o[warp][g][Map::element(r, i, f)] = 0.0f;
       }
     }
   }
   if (lane == 0) {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      sm_m[warp][g] = m_run[g];
-      sm_l[warp][g] = l_run[g];
+      sm_m[warp][g] = -INFINITY;
+      sm_l[warp][g] = 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < HG; ++g) {
+      sm_m[warp][head0 + g] = m_run[g];
+      sm_l[warp][head0 + g] = l_run[g];
     }
   }
   __syncthreads();
   write_block_partial<D, G, kDecodeWarps>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o,
                                           part_ml);
-  if (merge.counters != nullptr && finishes_last(merge, b, kvh)) {
-    merge_in_block<D, G, kDecodeWarps>(p, part_o, part_ml, b, kvh, range.total, &sm_o[0][0][0],
-                                       &sm_m[0][0]);
+  if (merge.counters != nullptr) {
+    __shared__ float4 merge_reduce[kDecodeWarps * 32];
+    merge_when_last<D, G, kDecodeWarps>(p, merge, part_o, part_ml, b, kvh, range.offset + split,
+                                        &sm_o[0][0][0], merge_reduce);
   }
 }
 
@@ -1225,9 +1362,11 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   }
   __syncthreads();
   write_block_partial<D, G, W>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o, part_ml);
-  if (merge.counters != nullptr && finishes_last(merge, b, kvh)) {
-    merge_in_block<D, G, W>(p, part_o, part_ml, b, kvh, range.total, reinterpret_cast<float*>(smem),
-                            reinterpret_cast<float*>(smem) + G * range.total);
+  if (merge.counters != nullptr) {
+    // Shared memory of the merge: reduce (W * 32 float4), then the weights and head_l.
+    auto* const reduce = reinterpret_cast<float4*>(smem);
+    merge_when_last<D, G, W>(p, merge, part_o, part_ml, b, kvh, range.offset + split,
+                             reinterpret_cast<float*>(reduce + W * 32), reduce);
   }
 }
 
@@ -1431,13 +1570,28 @@ SplitPlan plan_splits(const DecodeParams& p) {
   return plan;
 }
 
-// Whether the last tensor-core block of a (sequence, KV head) can merge `total` splits: their
-// weights and the heads' sums have to fit in the kernel's shared memory.
+// Partial results a single block merges in one level, at most (bytes per (sequence, KV head)):
+// the Qwen3-8B shape at batch 1 reads 43 KB (21 splits, G 4, d 128), GQA 8 about 70 KB. Above
+// it the merge takes two levels of about sqrt(splits) results each (one KV head, 133 splits, G
+// 8, d 256: 1.1 MB in one block; ~100 KB a block in two levels).
+constexpr std::size_t kOneLevelMergeBytes = 128 * 1024;
+
+// Slots per first-level merge group for `total` splits (0: one level); at most kMaxMergeGroups.
 template <int D, int G>
-bool merges_in_block(int total) {
-  // The BF16 kernel's combine area holds kDecodeWarps * G * D floats, G of them per split here.
-  return total + 1 <= kDecodeWarps * D &&
-         sizeof(float) * G * (static_cast<std::size_t>(total) + 1) <= tc_smem_bytes<D, G>();
+int merge_group_size(int total) {
+  if (sizeof(float) * G * D * static_cast<std::size_t>(total) <= kOneLevelMergeBytes) return 0;
+  int group = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(total))));
+  return std::max(group, (total + kMaxMergeGroups - 1) / kMaxMergeGroups);
+}
+
+// Whether the last blocks of both kernels can merge in shared memory: the weights and head sums
+// (G * (width + 1) floats) in the BF16 kernel's combine area (kDecodeWarps * G * D floats), and
+// in the tensor-core kernel's after its reduce area (kTcWarps * 32 float4).
+template <int D, int G>
+bool merges_in_block(int width) {
+  const std::size_t weights = sizeof(float) * G * (static_cast<std::size_t>(width) + 1);
+  return width + 1 <= kDecodeWarps * D &&
+         sizeof(float4) * kTcWarps<D> * 32 + weights <= tc_smem_bytes<D, G>();
 }
 
 // Launches the kernels of one shape, the split merge included; false (message recorded) when a
@@ -1462,8 +1616,9 @@ bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
   // first would delay one of them by its whole run. The BF16 windows follow, started early on
   // what is left (programmatic dependent launch, Hopper). The last block of either kernel to
   // finish merges when the split weights fit in both kernels' shared memory.
-  const bool fused = merges_in_block<D, G>(total);
-  const MergeCount merge = fused ? MergeCount{merge_counters, total} : MergeCount{};
+  const int group = merge_group_size<D, G>(total);
+  const bool fused = merges_in_block<D, G>(merge_width(total, group));
+  const MergeCount merge = fused ? MergeCount{merge_counters, total, group} : MergeCount{};
   if (!tc_kernel_ready<D, G, P>()) return false;
   decode_int2_tc_kernel<D, G, P><<<dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch),
                                    kTcWarps<D> * 32, tc_smem_bytes<D, G>(), p.stream>>>(
@@ -1979,8 +2134,10 @@ Status demote_pages(const DemotePagesParams& p) {
 int decode_num_splits(const DecodeParams& p) { return plan_splits(p).total(); }
 
 std::size_t decode_counter_bytes(const DecodeParams& p) {
-  const std::size_t bytes =
-      static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_kv_heads) * sizeof(int);
+  // A counter per (sequence, KV head) and kMaxMergeGroups more for two-level merges (MergeCount).
+  const std::size_t bytes = static_cast<std::size_t>(p.batch) *
+                            static_cast<std::size_t>(p.num_kv_heads) * (1 + kMaxMergeGroups) *
+                            sizeof(unsigned);
   return (bytes + 255) / 256 * 256;
 }
 
@@ -1988,7 +2145,7 @@ std::size_t decode_workspace_bytes(const DecodeParams& p) {
   const std::size_t heads =
       static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.num_q_heads);
   const std::size_t splits = static_cast<std::size_t>(decode_num_splits(p));
-  // Merge counters (one per sequence and KV head, padded to 256 bytes), partial outputs and
+  // Merge counters (decode_counter_bytes, padded to 256 bytes), partial outputs and
   // (max, sum) pairs per split.
   return decode_counter_bytes(p) +
          heads * splits *
@@ -2029,9 +2186,12 @@ Status decode_attention(const DecodeParams& p) {
     return Status::kInvalidArgument;
   }
   const std::size_t need = decode_workspace_bytes(p);
-  if (p.workspace == nullptr || p.workspace_bytes < need || !is_device_pointer(p.workspace)) {
-    set_last_error("decode_attention: workspace of %zu bytes on the device needed, got %zu", need,
-                   p.workspace_bytes);
+  if (p.workspace == nullptr || p.workspace_bytes < need || !is_device_pointer(p.workspace) ||
+      !is_aligned(p.workspace, 16)) {
+    set_last_error(
+        "decode_attention: a 16-byte aligned workspace of %zu bytes on the device is needed, got "
+        "%zu",
+        need, p.workspace_bytes);
     return Status::kInvalidArgument;
   }
   const std::size_t heads =

@@ -135,11 +135,11 @@ struct DecodeParams {
   bf16_bits* out = nullptr;  // [batch, Hq, d], rotated value basis
   int num_splits = 0;        // 0: chosen from the device and the shape; else per kernel (see path)
   DecodePath path = DecodePath::kAuto;
-  // decode_workspace_bytes(params) bytes on the device. Its first decode_counter_bytes(params)
-  // bytes are the split-merge counters: zero them once when the workspace is allocated (e.g.
-  // cudaMemsetAsync); every successful call leaves them zero, so the workspace can be reused by
-  // any later call whose counters fit (after a failed call, zero them again). The rest may hold
-  // anything.
+  // decode_workspace_bytes(params) bytes on the device, 16-byte aligned. Its first
+  // decode_counter_bytes(params) bytes are the split-merge counters: zero them once when the
+  // workspace is allocated (e.g. cudaMemsetAsync); every successful call leaves them zero, so the
+  // workspace can be reused by any later call whose counters fit (after a failed call, zero them
+  // again). The rest may hold anything.
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
