@@ -1587,19 +1587,41 @@ SplitPlan plan_splits(const DecodeParams& p) {
     const long long sms = device_multiprocessors();
     const long long tiles = (pages * p.page_size + kTileTokens - 1) / kTileTokens;
     const long long warps = p.head_dim >= 256 ? kTcWarps<256> : kTcWarps<128>;
-    const long long tc_slots = residency.tc * std::max(1LL, sms - window_multiprocessors(sms));
-    plan.tc_splits = static_cast<int>(
-        std::max(1LL, std::min(std::max(1LL, tc_slots / blocks), tiles / (4 * warps))));
+    auto tc_splits_for = [&](long long window_sms) {
+      const long long tc_slots = residency.tc * std::max(1LL, sms - window_sms);
+      return std::max(1LL, std::min(std::max(1LL, tc_slots / blocks), tiles / (4 * warps)));
+    };
     // The BF16 windows run beside it on the multiprocessors its blocks leave free: as many
-    // splits (up to one page per warp) as fit there at once, since a second wave of these short,
-    // latency-bound blocks would outlast the INT2 kernel at batch 1.
+    // splits (up to one page per warp; at G = 8 the two head-group warps share each page) as fit
+    // there at once, since a second wave of these short, latency-bound blocks would outlast the
+    // INT2 kernel at batch 1.
+    const int group = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 1;
     const long long bf16_pages = p.max_bf16_pages_per_sequence > 0
                                      ? std::min<long long>(p.max_bf16_pages_per_sequence, pages)
                                      : pages;
-    const long long tc_sms = (plan.tc_splits * blocks + residency.tc - 1) / residency.tc;
-    const long long free_slots = std::max(0LL, sms - tc_sms) * residency.simt;
-    plan.simt_splits = static_cast<int>(std::max(
-        1LL, std::min(free_slots / blocks, (bf16_pages + kDecodeWarps - 1) / kDecodeWarps)));
+    const long long page_warps = group > 4 ? kDecodeWarps / 2 : kDecodeWarps;
+    auto simt_splits_for = [&](long long tc_splits) {
+      const long long tc_sms = (tc_splits * blocks + residency.tc - 1) / residency.tc;
+      const long long free_slots = std::max(0LL, sms - tc_sms) * residency.simt;
+      return std::max(1LL,
+                      std::min(free_slots / blocks, (bf16_pages + page_warps - 1) / page_warps));
+    };
+    long long tc_splits = tc_splits_for(window_multiprocessors(sms));
+    // At G = 8 a windows page costs a warp about four INT2 tiles (two n-tiles of scores per
+    // head group, latency-bound beside the INT2 stream): when the windows' warps have that much
+    // more to do than the INT2 warps, the windows get twice the SMs if that costs the INT2
+    // kernel at most one split in eight (H100, 64 q / 8 KV heads at batch 1: 32K 41.0 -> 26.2
+    // us, 128K 51.1 -> 42.9; one KV head at d 256 and 128K 34.2 -> 30.1; at 1M, where the INT2
+    // warps have 64 tiles each, widening measured 70.5 -> 78 us and is not chosen).
+    if (group > 4) {
+      const long long pages_per_warp = (bf16_pages + simt_splits_for(tc_splits) * page_warps - 1) /
+                                       (simt_splits_for(tc_splits) * page_warps);
+      const long long tiles_per_warp = (tiles + tc_splits * warps - 1) / (tc_splits * warps);
+      const long long wider = tc_splits_for(2 * window_multiprocessors(sms));
+      if (4 * pages_per_warp >= tiles_per_warp && 8 * wider >= 7 * tc_splits) tc_splits = wider;
+    }
+    plan.tc_splits = static_cast<int>(tc_splits);
+    plan.simt_splits = static_cast<int>(simt_splits_for(tc_splits));
   }
   return plan;
 }
