@@ -402,9 +402,8 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
     }
   };
   if (part < kParts) {
-    for (int column = kParts > 1 ? static_cast<int>(threadIdx.x) % kColumns
-                                 : static_cast<int>(threadIdx.x);
-         column<kColumns; column += kParts> 1 ? kColumns : kThreads) {
+    constexpr int kColumnStep = kParts > 1 ? kColumns : kThreads;
+    for (int column = column0; column < kColumns; column += kColumnStep) {
       const int g = column / (D / 4), e = column % (D / 4) * 4;
       const float* const po = part_o + ((head0 + g) * total + first) * D + e;
       const float* const wg = weight + g * count;
