@@ -229,8 +229,17 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
   // A partial tile, and enough 32-token tiles that the tensor-core path's warps take several each.
   for (const int tokens : {2 * ps + 3, 9001}) {
     SCOPED_TRACE(::testing::Message() << tokens << " tokens");
-    const auto k = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
-    const auto v = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
+    auto k = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
+    auto v = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
+    // Every 29th token's rows scaled by 2^-100 (exact in bf16): their scales fall below the fast
+    // quantizer's domain (2^-90), so the kernels' one-row-per-thread quantizer declines them and
+    // the warp quantizes them the ordinary way, in full tiles and partial ones.
+    for (int t = 7; t < tokens; t += 29) {
+      for (auto* x : {&k, &v}) {
+        auto row = x->begin() + static_cast<std::ptrdiff_t>(t) * heads * d;
+        std::transform(row, row + heads * d, row, [](float e) { return std::ldexp(e, -100); });
+      }
+    }
     // 0: identity rotation; 1: a random rotation of the raw rows (no mean, no smoothing: the input
     // is bf16 as it stands); 2: a random rotation with centring and key smoothing.
     for (const int variant : {0, 1, 2}) {
@@ -264,10 +273,14 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
           vc(clips);
       DeviceBuffer<std::int64_t> bs(bslot), is(islot);
       const std::size_t pool_rows = static_cast<std::size_t>(pool_pages) * heads * ps;
+      // The tensor-core paths: the warpgroup MMA on Hopper (mma.sync elsewhere) and mma.sync.
       std::vector<StoreKvPath> paths = {StoreKvPath::kFloat32};
-      if (d != 256) paths.push_back(StoreKvPath::kTensorCore);
+      if (d != 256)
+        paths.insert(paths.end(), {StoreKvPath::kTensorCore, StoreKvPath::kTensorCoreSync});
       for (const StoreKvPath path : paths) {
-        SCOPED_TRACE(path == StoreKvPath::kFloat32 ? "float32 path" : "tensor-core path");
+        SCOPED_TRACE(path == StoreKvPath::kFloat32      ? "float32 path"
+                     : path == StoreKvPath::kTensorCore ? "tensor-core path"
+                                                        : "mma.sync tensor-core path");
         DeviceBuffer<std::uint16_t> kb(pool_rows * d), vb(pool_rows * d), ksz(pool_rows * 2),
             vsz(pool_rows * 2);
         DeviceBuffer<std::uint8_t> kcodes(pool_rows * d / 4), vcodes(pool_rows * d / 4);

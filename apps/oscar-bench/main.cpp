@@ -425,8 +425,10 @@ int main(int argc, char** argv) {
     p.v_scale_zero = vsz.as<bf16_bits>();
     p.k_bf16 = kb.as<bf16_bits>();
     p.v_bf16 = vb.as<bf16_bits>();
+    // Tensor cores: mma.sync, then the default kernel (the warpgroup MMA on Hopper).
     std::vector<StoreKvPath> paths = {StoreKvPath::kFloat32};
-    if (d != 256) paths.push_back(StoreKvPath::kTensorCore);
+    if (d != 256)
+      paths.insert(paths.end(), {StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore});
     fmt::print("\n");
     for (const StoreKvPath path : paths) {
       StoreKvParams to_int2 = p, to_bf16 = p;
@@ -440,7 +442,9 @@ int main(int argc, char** argv) {
       const double int2_gbs =
           (in_bytes + 2.0 * static_cast<double>(rows) * (d / 4 + 4)) / (int2_us * 1e3);
       const double bf16_gbs = 2.0 * in_bytes / (bf16_us * 1e3);
-      const char* name = path == StoreKvPath::kFloat32 ? "float32" : "tensor cores";
+      const char* name = path == StoreKvPath::kFloat32          ? "float32"
+                         : path == StoreKvPath::kTensorCoreSync ? "tensor cores (mma.sync)"
+                                                                : "tensor cores";
       // The default path (kAuto: tensor cores where they serve the head size) gives the headline.
       if (path == paths.back()) {
         store_int2_gbs = int2_gbs;
@@ -463,12 +467,13 @@ int main(int argc, char** argv) {
     // choice rests on it).
     if (d != 256) {
       fmt::print(
-          "store time by token count (us; INT2 / BF16 destination)\n{:>8} {:>14} {:>14} {:>14}\n",
-          "tokens", "float32", "tensor cores", "auto");
-      for (const int n : {1, 32, 128, 512, 2048, 8192}) {
+          "store time by token count (us; INT2 / BF16 destination)\n{:>8} {:>14} {:>14} {:>14} "
+          "{:>14}\n",
+          "tokens", "float32", "mma.sync", "tensor cores", "auto");
+      for (const int n : {1, 32, 128, 512, 1024, 2048, 8192}) {
         std::vector<double> us;
-        for (const StoreKvPath path :
-             {StoreKvPath::kFloat32, StoreKvPath::kTensorCore, StoreKvPath::kAuto}) {
+        for (const StoreKvPath path : {StoreKvPath::kFloat32, StoreKvPath::kTensorCoreSync,
+                                       StoreKvPath::kTensorCore, StoreKvPath::kAuto}) {
           StoreKvParams to_int2 = p, to_bf16 = p;
           to_int2.num_tokens = to_bf16.num_tokens = n;
           to_int2.path = to_bf16.path = path;
@@ -478,15 +483,19 @@ int main(int argc, char** argv) {
           us.push_back(time_us([&] { store_kv(to_int2); }, o.iters));
           us.push_back(time_us([&] { store_kv(to_bf16); }, o.iters));
         }
-        fmt::print("{:>8} {:>6.1f} / {:<6.1f} {:>6.1f} / {:<6.1f} {:>6.1f} / {:<6.1f}\n", n, us[0],
-                   us[1], us[2], us[3], us[4], us[5]);
+        fmt::print(
+            "{:>8} {:>6.1f} / {:<6.1f} {:>6.1f} / {:<6.1f} {:>6.1f} / {:<6.1f} {:>6.1f} / "
+            "{:<6.1f}\n",
+            n, us[0], us[1], us[2], us[3], us[4], us[5], us[6], us[7]);
         store_sweep.push_back({{"tokens", n},
                                {"float32_int2_us", us[0]},
                                {"float32_bf16_us", us[1]},
-                               {"tensor_core_int2_us", us[2]},
-                               {"tensor_core_bf16_us", us[3]},
-                               {"auto_int2_us", us[4]},
-                               {"auto_bf16_us", us[5]}});
+                               {"mma_sync_int2_us", us[2]},
+                               {"mma_sync_bf16_us", us[3]},
+                               {"tensor_core_int2_us", us[4]},
+                               {"tensor_core_bf16_us", us[5]},
+                               {"auto_int2_us", us[6]},
+                               {"auto_bf16_us", us[7]}});
       }
     }
   }

@@ -42,11 +42,15 @@ using bf16_bits = std::uint16_t;
 // smoothing into the rotation (x R' - b, R' = diag(1 / smooth) R, b = mean R'), rotates on bf16
 // tensor cores with R' split into high and low bf16 terms (float32-level accuracy, in another
 // summation order, so a value may round to the neighbouring bf16) and quantizes one row per
-// thread; it needs 16-byte aligned K/V inputs, rotations and pools. kAuto: kTensorCore when
-// head_dim, alignment and the device's shared memory allow (faster at every token count measured, a
-// decode step's few rows included; figures on the results page), else kFloat32. The INT2 rows are
-// the exact quantization of the stored bf16 rows either way.
-enum class StoreKvPath { kAuto, kFloat32, kTensorCore };
+// thread; it needs 16-byte aligned K/V inputs, rotations and pools. On Hopper (a build with sm_90a
+// code) kTensorCore multiplies with the warpgroup MMA (wgmma), elsewhere with mma.sync;
+// kTensorCoreSync takes the mma.sync kernel on any device (for comparison and tests). kAuto: the
+// tensor-core kernels when head_dim, alignment and the device's shared memory allow (faster at
+// every token count measured, a decode step's few rows included), on Hopper mma.sync below
+// kStoreWgmmaMinTokens tokens, where it measured a little faster; else kFloat32 (figures on the
+// results page). The INT2 rows are the exact quantization of the stored bf16 rows either way.
+enum class StoreKvPath { kAuto, kFloat32, kTensorCore, kTensorCoreSync };
+constexpr std::int64_t kStoreWgmmaMinTokens = 1024;
 
 struct StoreKvParams {
   std::int64_t num_tokens = 0;
