@@ -312,6 +312,33 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
         const auto got_kb = kb.download(), got_vb = vb.download();
         const auto got_kc = kcodes.download(), got_vc = vcodes.download();
         const auto got_ksz = ksz.download(), got_vsz = vsz.download();
+        if (path != StoreKvPath::kFloat32) {
+          // The same store with the rotation prepared once gives the same bits: the blocks copy
+          // in what they would have built.
+          const std::size_t prepared_bytes = store_kv_prepared_bytes(heads, d);
+          ASSERT_GT(prepared_bytes, 0u);
+          DeviceBuffer<std::uint8_t> prepared(prepared_bytes);
+          ASSERT_EQ(prepare_store_kv(p, prepared.ptr), Status::kOk) << last_error_message();
+          DeviceBuffer<std::uint16_t> kb2(pool_rows * d), vb2(pool_rows * d), ksz2(pool_rows * 2),
+              vsz2(pool_rows * 2);
+          DeviceBuffer<std::uint8_t> kcodes2(pool_rows * d / 4), vcodes2(pool_rows * d / 4);
+          StoreKvParams q = p;
+          q.prepared = prepared.ptr;
+          q.k_bf16 = kb2.ptr;
+          q.v_bf16 = vb2.ptr;
+          q.k_codes = kcodes2.ptr;
+          q.v_codes = vcodes2.ptr;
+          q.k_scale_zero = ksz2.ptr;
+          q.v_scale_zero = vsz2.ptr;
+          ASSERT_EQ(store_kv(q), Status::kOk) << last_error_message();
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          EXPECT_EQ(kb2.download(), got_kb);
+          EXPECT_EQ(vb2.download(), got_vb);
+          EXPECT_EQ(kcodes2.download(), got_kc);
+          EXPECT_EQ(vcodes2.download(), got_vc);
+          EXPECT_EQ(ksz2.download(), got_ksz);
+          EXPECT_EQ(vsz2.download(), got_vsz);
+        }
         std::vector<float> rotated(static_cast<std::size_t>(d)),
             stored(static_cast<std::size_t>(d));
         std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
@@ -691,6 +718,19 @@ TEST(Int2Kernels, RejectBadArguments) {
     t.v_rotation = rotation;
     t.path = static_cast<StoreKvPath>(7);
     EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
+    t.path = StoreKvPath::kTensorCore;
+    t.prepared = bytes + 8;
+    EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
+    EXPECT_NE(std::string(last_error_message()).find("prepared"), std::string::npos);
+    t.prepared = nullptr;
+    // The prepared rotation: sizes, and refusals before anything is launched.
+    EXPECT_EQ(store_kv_prepared_bytes(8, 128), std::size_t{2} * 8 * (4 * 128 * 128 + 4 * 128));
+    EXPECT_EQ(store_kv_prepared_bytes(8, 256), 0u);
+    EXPECT_EQ(store_kv_prepared_bytes(0, 128), 0u);
+    EXPECT_EQ(prepare_store_kv(t, nullptr), Status::kInvalidArgument);
+    EXPECT_EQ(prepare_store_kv(t, bytes + 8), Status::kInvalidArgument);
+    t.head_dim = 256;
+    EXPECT_EQ(prepare_store_kv(t, bytes), Status::kUnsupported);
   }
   DemotePagesParams dp;
   EXPECT_EQ(demote_pages(dp), Status::kInvalidArgument);

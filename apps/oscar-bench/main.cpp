@@ -467,26 +467,34 @@ int main(int argc, char** argv) {
     // choice rests on it).
     if (d != 256) {
       fmt::print(
-          "store time by token count (us; INT2 / BF16 destination)\n{:>8} {:>14} {:>14} {:>14} "
-          "{:>14}\n",
-          "tokens", "float32", "mma.sync", "tensor cores", "auto");
+          "store time by token count (us; INT2 / BF16 destination; the last three with the "
+          "rotation prepared once)\n{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15}\n",
+          "tokens", "float32", "mma.sync", "tensor cores", "auto", "prep. mma.sync",
+          "prep. tensor c.", "prep. auto");
+      Buffer prepared(store_kv_prepared_bytes(hkv, d));
+      if (prepare_store_kv(p, prepared.ptr) != Status::kOk) die("prepare_store_kv");
       for (const int n : {1, 32, 128, 512, 1024, 2048, 8192}) {
         std::vector<double> us;
-        for (const StoreKvPath path : {StoreKvPath::kFloat32, StoreKvPath::kTensorCoreSync,
-                                       StoreKvPath::kTensorCore, StoreKvPath::kAuto}) {
+        for (int column = 0; column < 7; ++column) {
+          constexpr StoreKvPath kPaths[] = {
+              StoreKvPath::kFloat32, StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
+              StoreKvPath::kAuto,    StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
+              StoreKvPath::kAuto};
           StoreKvParams to_int2 = p, to_bf16 = p;
           to_int2.num_tokens = to_bf16.num_tokens = n;
-          to_int2.path = to_bf16.path = path;
+          to_int2.path = to_bf16.path = kPaths[column];
+          if (column >= 4) to_int2.prepared = to_bf16.prepared = prepared.ptr;
           to_int2.int2_slot = slots.as<std::int64_t>();
           to_bf16.bf16_slot = slots.as<std::int64_t>();
           if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) die("store_kv");
           us.push_back(time_us([&] { store_kv(to_int2); }, o.iters));
           us.push_back(time_us([&] { store_kv(to_bf16); }, o.iters));
         }
-        fmt::print(
-            "{:>8} {:>6.1f} / {:<6.1f} {:>6.1f} / {:<6.1f} {:>6.1f} / {:<6.1f} {:>6.1f} / "
-            "{:<6.1f}\n",
-            n, us[0], us[1], us[2], us[3], us[4], us[5], us[6], us[7]);
+        fmt::print("{:>8}", n);
+        for (std::size_t i = 0; i < us.size(); i += 2) {
+          fmt::print(" {:>6.1f} / {:<6.1f}", us[i], us[i + 1]);
+        }
+        fmt::print("\n");
         store_sweep.push_back({{"tokens", n},
                                {"float32_int2_us", us[0]},
                                {"float32_bf16_us", us[1]},
@@ -495,7 +503,13 @@ int main(int argc, char** argv) {
                                {"tensor_core_int2_us", us[4]},
                                {"tensor_core_bf16_us", us[5]},
                                {"auto_int2_us", us[6]},
-                               {"auto_bf16_us", us[7]}});
+                               {"auto_bf16_us", us[7]},
+                               {"prepared_mma_sync_int2_us", us[8]},
+                               {"prepared_mma_sync_bf16_us", us[9]},
+                               {"prepared_tensor_core_int2_us", us[10]},
+                               {"prepared_tensor_core_bf16_us", us[11]},
+                               {"prepared_auto_int2_us", us[12]},
+                               {"prepared_auto_bf16_us", us[13]}});
       }
     }
   }

@@ -1929,46 +1929,29 @@ __device__ __forceinline__ void store_tc_copy_tile(const StoreKvParams& p, const
   cp_async_commit();
 }
 
-template <int D, bool kWarpgroupMma>
-__global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(StoreKvParams p) {
-  using Layout = StoreTcLayout<D>;
-  constexpr int P = Layout::kPitch;
-  // The warpgroup MMA where this compilation has it (sm_90a); mma.sync otherwise.
-  constexpr bool kCoreLayout = kWarpgroupMma && OSCAR_STORE_WGMMA;
-  // R'^T element (column j, row i) in shared memory: rows of pitch P for ldmatrix, or 8 x 8 core
-  // matrices (128 contiguous bytes, K-major) for the warpgroup MMA.
-  const auto rt_index = [](int j, int i) {
-    return kCoreLayout ? (j / 8) * (D * 8) + (i / 8) * 64 + (j % 8) * 8 + (i % 8) : j * P + i;
-  };
-  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
-  constexpr int kThreads = kStoreTcWarps * 32;
-  extern __shared__ __align__(16) unsigned char store_tc_smem[];
-  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);  // [j][i] = R'[i][j]
-  __nv_bfloat16* const r_lo = r_hi + D * P;
-  float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);
-  float* const mean_sm = bias + D;
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  __nv_bfloat16* const tile_rows = reinterpret_cast<__nv_bfloat16*>(
-      store_tc_smem + Layout::kRotationBytes + Layout::kBiasBytes + warp * Layout::kTileBytes);
-  std::int64_t* const tile_slots = reinterpret_cast<std::int64_t*>(
-      store_tc_smem + Layout::kRotationBytes + Layout::kBiasBytes +
-      kStoreTcWarps * Layout::kTileBytes + warp * Layout::kSlotBytes);  // [bf16, int2][token]
-  const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
-  const bool is_key = blockIdx.z == 0;
-  const bf16_bits* src = is_key ? p.k : p.v;
-  const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
-  // Tiles go round the blocks first, so that a store of few tiles spreads over multiprocessors.
-  // The four warps of a warpgroup step through their tiles together (the warpgroup MMA takes all
-  // four), for as many steps as its first warp has tiles; a warp past the last tile computes on
-  // what its buffer holds and stores nothing.
-  const std::int64_t first_tile = static_cast<std::int64_t>(warp) * gridDim.x + blockIdx.x;
-  const std::int64_t lead_tile = static_cast<std::int64_t>(warp & ~3) * gridDim.x + blockIdx.x;
-  const std::int64_t tile_step = static_cast<std::int64_t>(gridDim.x) * kStoreTcWarps;
-  // The first tile's copies fly while the block prepares R'.
-  if (first_tile < tiles) store_tc_copy_tile<D>(p, src, head, first_tile, tile_rows, tile_slots);
+// Bytes of one (K or V, KV head) of a prepared rotation: R'^T's high and low bf16 terms, then b
+// as float32 (a multiple of 16 bytes).
+__host__ __device__ constexpr std::size_t store_prepared_entry_bytes(int d) {
+  return std::size_t{4} * d * d + std::size_t{4} * d;
+}
 
-  // The clip ratio's load goes out first: it is used only after the prologue.
-  const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
+// R'^T element (column j, row i) in the store kernel's shared memory: rows of pitch
+// StoreTcLayout<D>::kPitch for ldmatrix, or 8 x 8 core matrices (128 contiguous bytes, K-major)
+// for the warpgroup MMA. The prepared form (prepare_store_kv) keeps the core-matrix order.
+template <int D, bool kCoreLayout>
+__device__ __forceinline__ int store_rt_index(int j, int i) {
+  return kCoreLayout ? (j / 8) * (D * 8) + (i / 8) * 64 + (j % 8) * 8 + (i % 8)
+                     : j * StoreTcLayout<D>::kPitch + i;
+}
+
+// Builds R'^T's high and low terms and b in shared memory for (head, K or V) from the store's
+// rotation, mean and smoothing, with all kStoreTcWarps warps of the block; what it writes is
+// visible to the block on return.
+template <int D, bool kCoreLayout>
+__device__ __forceinline__ void build_store_rotation(const StoreKvParams& p, int head, bool is_key,
+                                                     __nv_bfloat16* r_hi, __nv_bfloat16* r_lo,
+                                                     float* bias, float* mean_sm) {
+  constexpr int kThreads = kStoreTcWarps * 32;
   // R' = diag(1 / s) R as high / low terms, transposed; then b = mean R' from those terms (so that
   // x R'_split - b is (x - mean) R'_split up to float32 rounding).
   const float* rot =
@@ -2010,7 +1993,8 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float folded = smooth != nullptr ? __fmul_rn(r[e], reciprocal) : r[e];
-        split_bf16(folded, r_hi[rt_index(j + e, i)], r_lo[rt_index(j + e, i)]);
+        split_bf16(folded, r_hi[store_rt_index<D, kCoreLayout>(j + e, i)],
+                   r_lo[store_rt_index<D, kCoreLayout>(j + e, i)]);
       }
     }
   }
@@ -2026,8 +2010,8 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     float b = 0.0f;
     if (mean != nullptr) {
       for (int i = part; i < D; i += kParts) {
-        const float r =
-            __bfloat162float(r_hi[rt_index(j, i)]) + __bfloat162float(r_lo[rt_index(j, i)]);
+        const float r = __bfloat162float(r_hi[store_rt_index<D, kCoreLayout>(j, i)]) +
+                        __bfloat162float(r_lo[store_rt_index<D, kCoreLayout>(j, i)]);
         b = fmaf(mean_sm[i], r, b);
       }
     }
@@ -2036,6 +2020,113 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     if (part == 0) bias[j] = b;
   }
   __syncthreads();
+}
+
+// Copies a prepared rotation's R'^T terms and b for (head, K or V) into shared memory (16-byte
+// cp.async, consecutive threads on consecutive chunks: contiguous in memory, and conflict-free in
+// either shared layout); visible to the block on return.
+template <int D, bool kCoreLayout>
+__device__ __forceinline__ void load_prepared_rotation(const StoreKvParams& p, int head,
+                                                       bool is_key, __nv_bfloat16* r_hi,
+                                                       __nv_bfloat16* r_lo, float* bias) {
+  constexpr int kThreads = kStoreTcWarps * 32;
+  constexpr int kTermChunks = D * D / 8;  // 16-byte chunks of one term
+  const auto* entry = static_cast<const unsigned char*>(p.prepared) +
+                      (static_cast<std::int64_t>(is_key ? 0 : 1) * p.num_kv_heads + head) *
+                          static_cast<std::int64_t>(store_prepared_entry_bytes(D));
+  for (int c = static_cast<int>(threadIdx.x); c < 2 * kTermChunks + D / 4; c += kThreads) {
+    void* dst;
+    if (c < 2 * kTermChunks) {
+      // Chunk c of a term in core-matrix order: columns j = 8 (c / D) + c % 8, rows from
+      // 8 ((c % D) / 8).
+      const int term = c / kTermChunks, t = c % kTermChunks;
+      const int j = (t / D) * 8 + t % 8, i = ((t % D) / 8) * 8;
+      dst = (term == 0 ? r_hi : r_lo) + store_rt_index<D, kCoreLayout>(j, i);
+    } else {
+      dst = bias + 4 * (c - 2 * kTermChunks);
+    }
+    cp_async_16(dst, entry + std::int64_t{16} * c, 16);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+#if OSCAR_STORE_WGMMA
+  // R' is read by the warpgroup MMA through the async proxy: order these writes before it.
+  if (kCoreLayout) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+  __syncthreads();
+}
+
+// Builds the prepared rotation of every (K or V, KV head): one block each, R'^T's terms and b
+// built in shared memory as the store kernel builds them, then written out in core-matrix order.
+template <int D>
+__global__ void __launch_bounds__(kStoreTcWarps * 32)
+    prepare_store_kv_kernel(StoreKvParams p, void* prepared) {
+  using Layout = StoreTcLayout<D>;
+  constexpr int kThreads = kStoreTcWarps * 32;
+  constexpr int kTermChunks = D * D / 8;
+  extern __shared__ __align__(16) unsigned char store_tc_smem[];
+  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);
+  __nv_bfloat16* const r_lo = r_hi + D * Layout::kPitch;
+  float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);
+  const int head = static_cast<int>(blockIdx.x);
+  const bool is_key = blockIdx.y == 0;
+  build_store_rotation<D, false>(p, head, is_key, r_hi, r_lo, bias, bias + D);
+  auto* entry = static_cast<unsigned char*>(prepared) +
+                (static_cast<std::int64_t>(blockIdx.y) * p.num_kv_heads + head) *
+                    static_cast<std::int64_t>(store_prepared_entry_bytes(D));
+  for (int c = static_cast<int>(threadIdx.x); c < 2 * kTermChunks + D / 4; c += kThreads) {
+    uint4 chunk;
+    if (c < 2 * kTermChunks) {
+      const int term = c / kTermChunks, t = c % kTermChunks;
+      const int j = (t / D) * 8 + t % 8, i = ((t % D) / 8) * 8;
+      chunk = *reinterpret_cast<const uint4*>((term == 0 ? r_hi : r_lo) +
+                                              store_rt_index<D, false>(j, i));
+    } else {
+      chunk = *reinterpret_cast<const uint4*>(bias + 4 * (c - 2 * kTermChunks));
+    }
+    *reinterpret_cast<uint4*>(entry + std::int64_t{16} * c) = chunk;
+  }
+}
+
+template <int D, bool kWarpgroupMma>
+__global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(StoreKvParams p) {
+  using Layout = StoreTcLayout<D>;
+  constexpr int P = Layout::kPitch;
+  // The warpgroup MMA where this compilation has it (sm_90a); mma.sync otherwise.
+  constexpr bool kCoreLayout = kWarpgroupMma && OSCAR_STORE_WGMMA;
+  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
+  extern __shared__ __align__(16) unsigned char store_tc_smem[];
+  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);  // [j][i] = R'[i][j]
+  __nv_bfloat16* const r_lo = r_hi + D * P;
+  float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);
+  float* const mean_sm = bias + D;
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  __nv_bfloat16* const tile_rows = reinterpret_cast<__nv_bfloat16*>(
+      store_tc_smem + Layout::kRotationBytes + Layout::kBiasBytes + warp * Layout::kTileBytes);
+  std::int64_t* const tile_slots = reinterpret_cast<std::int64_t*>(
+      store_tc_smem + Layout::kRotationBytes + Layout::kBiasBytes +
+      kStoreTcWarps * Layout::kTileBytes + warp * Layout::kSlotBytes);  // [bf16, int2][token]
+  const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
+  const bool is_key = blockIdx.z == 0;
+  const bf16_bits* src = is_key ? p.k : p.v;
+  const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
+  // Tiles go round the blocks first, so that a store of few tiles spreads over multiprocessors.
+  // The four warps of a warpgroup step through their tiles together (the warpgroup MMA takes all
+  // four), for as many steps as its first warp has tiles; a warp past the last tile computes on
+  // what its buffer holds and stores nothing.
+  const std::int64_t first_tile = static_cast<std::int64_t>(warp) * gridDim.x + blockIdx.x;
+  const std::int64_t lead_tile = static_cast<std::int64_t>(warp & ~3) * gridDim.x + blockIdx.x;
+  const std::int64_t tile_step = static_cast<std::int64_t>(gridDim.x) * kStoreTcWarps;
+  // The first tile's copies fly while the block prepares R'.
+  if (first_tile < tiles) store_tc_copy_tile<D>(p, src, head, first_tile, tile_rows, tile_slots);
+
+  // The clip ratio's load goes out first: it is used only after the prologue.
+  const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
+  if (p.prepared != nullptr) {
+    load_prepared_rotation<D, kCoreLayout>(p, head, is_key, r_hi, r_lo, bias);
+  } else {
+    build_store_rotation<D, kCoreLayout>(p, head, is_key, r_hi, r_lo, bias, mean_sm);
+  }
 
   const int clip_k = int2q::clip_position<D>(clip);
   const bool thread_path = clip_k >= 0 && int2r::top_length(D - 1 - clip_k) > 0;
@@ -2335,6 +2426,10 @@ Status store_kv(const StoreKvParams& p) {
     set_last_error("store_kv: unknown path %d", static_cast<int>(p.path));
     return Status::kInvalidArgument;
   }
+  if (p.prepared != nullptr && !is_aligned(p.prepared, 16)) {
+    set_last_error("store_kv: the prepared rotation must be 16-byte aligned");
+    return Status::kInvalidArgument;
+  }
   const auto aligned = [](const void* ptr) { return is_aligned(ptr, 16); };
   const bool tc_aligned =
       aligned(p.k) && aligned(p.v) && aligned(p.k_rotation) && aligned(p.v_rotation) &&
@@ -2347,13 +2442,15 @@ Status store_kv(const StoreKvParams& p) {
     // The tensor-core kernels wherever they run: on an H100 they are faster from one token on
     // (14.3 against 22.4 us for 1, 16.6 against 32.5 for 512, 113 against 910 for 32768; results
     // page); there the warpgroup MMA from kStoreWgmmaMinTokens on (mma.sync 16.6 against 17.5 us
-    // for 512 tokens, wgmma 20.9 against 21.6 for 2048).
+    // for 512 tokens, wgmma 20.9 against 21.6 for 2048), and at every token count when the
+    // rotation is prepared (one token 8.8 against 10.9 us, 512 tokens 11.0 against 15.6).
     const bool tc =
         p.head_dim != 256 && tc_aligned &&
         (p.head_dim == 64 ? store_tc_slots<64, false>() : store_tc_slots<128, false>()) > 0;
-    path = !tc                                              ? StoreKvPath::kFloat32
-           : hopper && p.num_tokens >= kStoreWgmmaMinTokens ? StoreKvPath::kTensorCore
-                                                            : StoreKvPath::kTensorCoreSync;
+    const bool wgmma = hopper && (p.prepared != nullptr || p.num_tokens >= kStoreWgmmaMinTokens);
+    path = !tc     ? StoreKvPath::kFloat32
+           : wgmma ? StoreKvPath::kTensorCore
+                   : StoreKvPath::kTensorCoreSync;
   }
   if (path == StoreKvPath::kTensorCore || path == StoreKvPath::kTensorCoreSync) {
     if (p.head_dim == 256) {
@@ -2422,6 +2519,50 @@ Status demote_pages(const DemotePagesParams& p) {
   }
   if (p.num_pages == 0) return Status::kOk;
   return launch_demote_pages_fast(resolved);
+}
+
+std::size_t store_kv_prepared_bytes(int num_kv_heads, int head_dim) {
+  if (num_kv_heads < 1 || (head_dim != 64 && head_dim != 128)) return 0;
+  return std::size_t{2} * static_cast<std::size_t>(num_kv_heads) *
+         store_prepared_entry_bytes(head_dim);
+}
+
+namespace {
+template <int D>
+Status launch_prepare_store_kv(const StoreKvParams& p, void* prepared) {
+  constexpr std::size_t kBytes = StoreTcLayout<D>::kRotationBytes + StoreTcLayout<D>::kBiasBytes;
+  if (cudaFuncSetAttribute(prepare_store_kv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kBytes)) != cudaSuccess) {
+    cudaGetLastError();
+    set_last_error("prepare_store_kv: this device cannot give a block %zu bytes of shared memory",
+                   kBytes);
+    return Status::kUnsupported;
+  }
+  const dim3 grid(static_cast<unsigned>(p.num_kv_heads), 2);
+  prepare_store_kv_kernel<D><<<grid, kStoreTcWarps * 32, kBytes, p.stream>>>(p, prepared);
+  OSCAR_CUDA_CHECK(cudaGetLastError());
+  return Status::kOk;
+}
+}  // namespace
+
+Status prepare_store_kv(const StoreKvParams& p, void* prepared) {
+  if (p.num_kv_heads < 1 || p.k_rotation == nullptr || p.v_rotation == nullptr ||
+      prepared == nullptr) {
+    set_last_error("prepare_store_kv: missing rotations or destination (%d KV heads)",
+                   p.num_kv_heads);
+    return Status::kInvalidArgument;
+  }
+  if (p.head_dim != 64 && p.head_dim != 128) {
+    set_last_error("prepare_store_kv: head_dim %d has no tensor-core store (64 and 128 do)",
+                   p.head_dim);
+    return Status::kUnsupported;
+  }
+  if (!is_aligned(prepared, 16) || !is_aligned(p.k_rotation, 16) || !is_aligned(p.v_rotation, 16)) {
+    set_last_error("prepare_store_kv: the rotations and the destination must be 16-byte aligned");
+    return Status::kInvalidArgument;
+  }
+  return p.head_dim == 64 ? launch_prepare_store_kv<64>(p, prepared)
+                          : launch_prepare_store_kv<128>(p, prepared);
 }
 
 int decode_num_splits(const DecodeParams& p) { return plan_splits(p).total(); }

@@ -102,6 +102,27 @@ PagedInt2Attention::PagedInt2Attention(const QuantMethod& method, const ModelCon
     c.k_mean = optional(method.k_mean);
     c.v_mean = optional(method.v_mean);
     c.k_smooth = optional(method.k_smooth);
+    // The store's R'^T terms and b, built once here instead of by every block of every decode
+    // step's store (most of a few-token store's time).
+    if (const std::size_t bytes =
+            kernels::store_kv_prepared_bytes(static_cast<int>(H), static_cast<int>(d));
+        bytes > 0) {
+      c.store_prepared = torch::empty({static_cast<std::int64_t>(bytes)}, u8);
+      kernels::StoreKvParams s;
+      s.num_kv_heads = static_cast<int>(H);
+      s.head_dim = static_cast<int>(d);
+      s.k_rotation = c.k_rotation.data_ptr<float>();
+      s.v_rotation = c.v_rotation.data_ptr<float>();
+      s.k_mean = c.k_mean.defined() ? c.k_mean.data_ptr<float>() : nullptr;
+      s.k_smooth = c.k_smooth.defined() ? c.k_smooth.data_ptr<float>() : nullptr;
+      s.v_mean = c.v_mean.defined() ? c.v_mean.data_ptr<float>() : nullptr;
+      const kernels::Status status = kernels::prepare_store_kv(s, c.store_prepared.data_ptr());
+      if (status == kernels::Status::kUnsupported) {
+        c.store_prepared = torch::Tensor();  // a device without the shared memory: float32 store
+      } else {
+        check_status(status, "prepare_store_kv");
+      }
+    }
     c.sink_pages.resize(static_cast<std::size_t>(batch));
     c.recent_pages.resize(static_cast<std::size_t>(batch));
     c.int2_pages.resize(static_cast<std::size_t>(batch));
@@ -145,6 +166,7 @@ void PagedInt2Attention::store(LayerCache& c, const torch::Tensor& k, const torc
   s.v_mean = c.v_mean.defined() ? c.v_mean.data_ptr<float>() : nullptr;
   s.k_clip = c.k_clip.data_ptr<float>();
   s.v_clip = c.v_clip.data_ptr<float>();
+  s.prepared = c.store_prepared.defined() ? c.store_prepared.data_ptr() : nullptr;
   s.bf16_slot = slot_tensor.data_ptr<std::int64_t>();
   s.k_bf16 = bits_of<bf16_bits>(c.k_bf16);
   s.v_bf16 = bits_of<bf16_bits>(c.v_bf16);

@@ -52,6 +52,7 @@ class PagedInt2Attention : public AttentionBackend {
     torch::Tensor k_bf16, v_bf16, k_codes, v_codes, k_scale_zero, v_scale_zero;
     torch::Tensor k_rotation, v_rotation, k_rotation_t, v_rotation_t, k_mean, v_mean, k_smooth;
     torch::Tensor k_clip, v_clip;
+    torch::Tensor store_prepared;  // the store's rotation prepared once (head_dim 64 / 128)
     std::vector<std::vector<std::int32_t>> sink_pages, recent_pages, int2_pages;  // per sequence
     std::vector<std::int32_t> free_bf16, free_int2;
     std::int64_t length = 0;

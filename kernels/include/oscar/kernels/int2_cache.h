@@ -46,9 +46,11 @@ using bf16_bits = std::uint16_t;
 // code) kTensorCore multiplies with the warpgroup MMA (wgmma), elsewhere with mma.sync;
 // kTensorCoreSync takes the mma.sync kernel on any device (for comparison and tests). kAuto: the
 // tensor-core kernels when head_dim, alignment and the device's shared memory allow (faster at
-// every token count measured, a decode step's few rows included), on Hopper mma.sync below
-// kStoreWgmmaMinTokens tokens, where it measured a little faster; else kFloat32 (figures on the
-// results page). The INT2 rows are the exact quantization of the stored bf16 rows either way.
+// every token count measured, a decode step's few rows included), on Hopper the warpgroup MMA
+// with a prepared rotation (fastest at every token count) and without one from
+// kStoreWgmmaMinTokens tokens (below, mma.sync measured a little faster); else kFloat32 (figures
+// on the results page). The INT2 rows are the exact quantization of the stored bf16 rows either
+// way.
 enum class StoreKvPath { kAuto, kFloat32, kTensorCore, kTensorCoreSync };
 constexpr std::int64_t kStoreWgmmaMinTokens = 1024;
 
@@ -73,9 +75,23 @@ struct StoreKvParams {
   bf16_bits* k_scale_zero = nullptr;
   bf16_bits* v_scale_zero = nullptr;
   StoreKvPath path = StoreKvPath::kAuto;
+  // Optional, for the tensor-core paths: the rotation prepared by prepare_store_kv from the same
+  // rotations, means and smoothing (device memory, 16-byte aligned). A block then copies R'^T and
+  // b in instead of building them from R, most of a small store's time (a decode step's). The
+  // float32 path ignores it.
+  const void* prepared = nullptr;
   cudaStream_t stream = nullptr;
 };
 Status store_kv(const StoreKvParams& params);
+
+// The prepared rotation of a store (StoreKvParams::prepared), built once per bundle and layer:
+// for K then V, per KV head, R'^T's high and low bf16 terms (d x d each, in 8 x 8 core-matrix
+// order) and b (d float32), which is what every tensor-core store block would otherwise compute
+// from R, the mean and the smoothing. store_kv_prepared_bytes gives its size (0 for head_dim 256,
+// which has no tensor-core path); prepare_store_kv fills `prepared` (device memory, 16-byte
+// aligned) from params' num_kv_heads, head_dim, rotations, means, smoothing and stream.
+std::size_t store_kv_prepared_bytes(int num_kv_heads, int head_dim);
+Status prepare_store_kv(const StoreKvParams& params, void* prepared);
 
 // Demotion: quantizes whole BF16 pages (already rotated rows) into INT2 pages, for every KV head;
 // page_pairs[2 i] is the source BF16 page, page_pairs[2 i + 1] the destination INT2 page.
