@@ -1944,6 +1944,14 @@ __device__ __forceinline__ int store_rt_index(int j, int i) {
                      : j * StoreTcLayout<D>::kPitch + i;
 }
 
+// Chunk t (16 bytes, 8 rows i of one column j) of a prepared term in core-matrix order: column
+// j = 8 (t / D) + t % 8, rows from 8 ((t % D) / 8).
+template <int D>
+__device__ __forceinline__ void prepared_chunk_position(int t, int& j, int& i) {
+  j = (t / D) * 8 + t % 8;
+  i = ((t % D) / 8) * 8;
+}
+
 // Builds R'^T's high and low terms and b in shared memory for (head, K or V) from the store's
 // rotation, mean and smoothing, with all kStoreTcWarps warps of the block; what it writes is
 // visible to the block on return.
@@ -2037,11 +2045,9 @@ __device__ __forceinline__ void load_prepared_rotation(const StoreKvParams& p, i
   for (int c = static_cast<int>(threadIdx.x); c < 2 * kTermChunks + D / 4; c += kThreads) {
     void* dst;
     if (c < 2 * kTermChunks) {
-      // Chunk c of a term in core-matrix order: columns j = 8 (c / D) + c % 8, rows from
-      // 8 ((c % D) / 8).
-      const int term = c / kTermChunks, t = c % kTermChunks;
-      const int j = (t / D) * 8 + t % 8, i = ((t % D) / 8) * 8;
-      dst = (term == 0 ? r_hi : r_lo) + store_rt_index<D, kCoreLayout>(j, i);
+      int j, i;
+      prepared_chunk_position<D>(c % kTermChunks, j, i);
+      dst = (c < kTermChunks ? r_hi : r_lo) + store_rt_index<D, kCoreLayout>(j, i);
     } else {
       dst = bias + 4 * (c - 2 * kTermChunks);
     }
@@ -2077,9 +2083,9 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32)
   for (int c = static_cast<int>(threadIdx.x); c < 2 * kTermChunks + D / 4; c += kThreads) {
     uint4 chunk;
     if (c < 2 * kTermChunks) {
-      const int term = c / kTermChunks, t = c % kTermChunks;
-      const int j = (t / D) * 8 + t % 8, i = ((t % D) / 8) * 8;
-      chunk = *reinterpret_cast<const uint4*>((term == 0 ? r_hi : r_lo) +
+      int j, i;
+      prepared_chunk_position<D>(c % kTermChunks, j, i);
+      chunk = *reinterpret_cast<const uint4*>((c < kTermChunks ? r_hi : r_lo) +
                                               store_rt_index<D, false>(j, i));
     } else {
       chunk = *reinterpret_cast<const uint4*>(bias + 4 * (c - 2 * kTermChunks));
@@ -2096,7 +2102,8 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
   constexpr bool kCoreLayout = kWarpgroupMma && OSCAR_STORE_WGMMA;
   constexpr int kChunks = D / 8;  // 16-byte chunks of a row
   extern __shared__ __align__(16) unsigned char store_tc_smem[];
-  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);  // [j][i] = R'[i][j]
+  // R'^T's terms, element (j, i) = R'[i][j] at store_rt_index<D, kCoreLayout>(j, i).
+  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);
   __nv_bfloat16* const r_lo = r_hi + D * P;
   float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);
   float* const mean_sm = bias + D;
