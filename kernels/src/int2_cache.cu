@@ -1935,6 +1935,13 @@ __host__ __device__ constexpr std::size_t store_prepared_entry_bytes(int d) {
   return std::size_t{4} * d * d + std::size_t{4} * d;
 }
 
+// Byte offset of the entry of (K or V, KV head) in a prepared rotation: K's heads, then V's.
+__device__ __forceinline__ std::int64_t store_prepared_entry_offset(int d, int num_kv_heads,
+                                                                    bool is_key, int head) {
+  return (static_cast<std::int64_t>(is_key ? 0 : 1) * num_kv_heads + head) *
+         static_cast<std::int64_t>(store_prepared_entry_bytes(d));
+}
+
 // R'^T element (column j, row i) in the store kernel's shared memory: rows of pitch
 // StoreTcLayout<D>::kPitch for ldmatrix, or 8 x 8 core matrices (128 contiguous bytes, K-major)
 // for the warpgroup MMA. The prepared form (prepare_store_kv) keeps the core-matrix order.
@@ -2040,8 +2047,7 @@ __device__ __forceinline__ void load_prepared_rotation(const StoreKvParams& p, i
   constexpr int kThreads = kStoreTcWarps * 32;
   constexpr int kTermChunks = D * D / 8;  // 16-byte chunks of one term
   const auto* entry = static_cast<const unsigned char*>(p.prepared) +
-                      (static_cast<std::int64_t>(is_key ? 0 : 1) * p.num_kv_heads + head) *
-                          static_cast<std::int64_t>(store_prepared_entry_bytes(D));
+                      store_prepared_entry_offset(D, p.num_kv_heads, is_key, head);
   for (int c = static_cast<int>(threadIdx.x); c < 2 * kTermChunks + D / 4; c += kThreads) {
     void* dst;
     if (c < 2 * kTermChunks) {
@@ -2078,8 +2084,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32)
   const bool is_key = blockIdx.y == 0;
   build_store_rotation<D, false>(p, head, is_key, r_hi, r_lo, bias, bias + D);
   auto* entry = static_cast<unsigned char*>(prepared) +
-                (static_cast<std::int64_t>(blockIdx.y) * p.num_kv_heads + head) *
-                    static_cast<std::int64_t>(store_prepared_entry_bytes(D));
+                store_prepared_entry_offset(D, p.num_kv_heads, is_key, head);
   for (int c = static_cast<int>(threadIdx.x); c < 2 * kTermChunks + D / 4; c += kThreads) {
     uint4 chunk;
     if (c < 2 * kTermChunks) {
