@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -330,6 +331,60 @@ TEST(Int2RowThread, MatchesTheReference) {
   check_thread_rows<64>(rng);
   check_thread_rows<128>(rng);
   check_thread_rows<256>(rng);
+}
+
+// The clip selection alone (insertion for lists of 1 and 3 keys, sorted blocks merged into lists
+// of 8 and 16 for the longer ones) against a sort of the row's keys, at every position it serves
+// and on rows built to stress it: few distinct keys (ties across blocks and halves), zeros,
+// ascending and descending rows (every block merge moves the whole list, or nothing), the largest
+// keys all in one half or one block.
+template <int D>
+void check_selection(std::mt19937& rng) {
+  constexpr int kRows = 400;
+  for (int row = 0; row < kRows; ++row) {
+    std::vector<unsigned> key(D);
+    const int pattern = row % 6;
+    for (int e = 0; e < D; ++e) {
+      switch (pattern) {
+        case 0:  // any 15-bit key
+          key[e] = rng() & 0x7fffu;
+          break;
+        case 1:  // 3 distinct keys
+          key[e] = 0x3f80u + (rng() % 3);
+          break;
+        case 2:  // mostly zero
+          key[e] = rng() % 8 == 0 ? rng() & 0x7fffu : 0u;
+          break;
+        case 3:  // ascending
+          key[e] = static_cast<unsigned>(e * 97);
+          break;
+        case 4:  // descending
+          key[e] = static_cast<unsigned>((D - e) * 97);
+          break;
+        default:  // the large keys in the high halves of the last block only
+          key[e] = (e % 2 == 1 && e >= D - 16) ? 0x7000u + (rng() & 0xfffu) : rng() & 0xfffu;
+          break;
+      }
+    }
+    unsigned w[D / 2];
+    for (int m = 0; m < D / 2; ++m) {
+      // Random signs: the selection must look at magnitudes only.
+      w[m] = key[2 * m] | (key[2 * m + 1] << 16) | (rng() & 0x80008000u);
+    }
+    std::vector<unsigned> sorted = key;
+    std::sort(sorted.begin(), sorted.end(), std::greater<unsigned>());
+    for (int r = 0; r < int2r::kTopMax; ++r) {
+      ASSERT_EQ(int2r::threshold_key<D>(w, r), sorted[r])
+          << "d " << D << ", pattern " << pattern << ", row " << row << ", r " << r;
+    }
+  }
+}
+
+TEST(Int2RowThread, ClipSelectionMatchesASort) {
+  std::mt19937 rng(20261126u);
+  check_selection<64>(rng);
+  check_selection<128>(rng);
+  check_selection<256>(rng);
 }
 
 // The packed stand-ins, and a row with a NaN (declined: the reference refuses it).

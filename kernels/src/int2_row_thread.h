@@ -1,8 +1,8 @@
-// One thread quantizes one whole bf16 row into the INT2 row format: clip threshold from a running
-// top list of magnitude keys, scalars and code thresholds from int2_thresholds.h, codes by three
-// packed comparisons per pair of elements. Shared by the CUDA row-per-thread demotion kernel and a
-// CPU test (the same operations on both sides; the packed 16-bit and bf16 operations have plain
-// C++ stand-ins on the host).
+// One thread quantizes one whole bf16 row into the INT2 row format: clip threshold from top lists
+// of magnitude keys (insertion, or sorted blocks merged in), scalars and code thresholds from
+// int2_thresholds.h, codes by three packed comparisons per pair of elements. Shared by the CUDA
+// row-per-thread demotion kernel and a CPU test (the same operations on both sides; the packed
+// 16-bit and bf16 operations have plain C++ stand-ins on the host).
 //
 // Included by int2_quantize.cuh inside a namespace (and by the CPU test); it includes only
 // int2_thresholds.h. On the device it needs cuda_bf16.h (included by the .cu file before).
@@ -98,17 +98,24 @@ INT2R_FN void range_update(unsigned& low, unsigned& high, unsigned w) {
 #endif
 }
 
-// The top-list length used for position r from the top: the smallest of 1, 3, 6, 11 and kTopMax
-// that holds r + 1 keys (one list code path per length), or 0 when r >= kTopMax.
+// The top-list length used for position r from the top: the smallest of 1, 3, 8 and kTopMax that
+// holds r + 1 keys (one list code path per length), or 0 when r >= kTopMax.
 INT2R_FN int top_length(int r) {
-  return r < 1 ? 1 : r < 3 ? 3 : r < 6 ? 6 : r < 11 ? 11 : r < kTopMax ? kTopMax : 0;
+  return r < 1 ? 1 : r < 3 ? 3 : r < 8 ? 8 : r < kTopMax ? kTopMax : 0;
+}
+
+// Descending compare-exchange of packed key pairs: the larger keys to a, halfwise.
+INT2R_FN void order_pair(unsigned& a, unsigned& b) {
+  const unsigned high = max_u16x2(a, b);
+  b = min_u16x2(a, b);
+  a = high;
 }
 
 // The r-th largest (0-based, r < K) 15-bit magnitude key of a row of D bf16 values held as D / 2
-// pairs. Each word's two keys run down two descending top-K lists at once (the low and high
-// halves of top[]), two packed operations per list entry; the high list is then inserted into the
-// low one. The lists start at 0, the smallest key, which leaves every order statistic of the row's
-// D >= K keys unchanged.
+// pairs, by insertion (short lists). Each word's two keys run down two descending top-K lists at
+// once (the low and high halves of top[]), two packed operations per list entry; the high list is
+// then inserted into the low one. The lists start at 0, the smallest key, which leaves every order
+// statistic of the row's D >= K keys unchanged.
 template <int D, int K>
 INT2R_FN unsigned top_key(const unsigned (&w)[D / 2], int r) {
   static_assert(K >= 1 && K <= D, "top list longer than the row");
@@ -144,8 +151,75 @@ INT2R_FN unsigned top_key(const unsigned (&w)[D / 2], int r) {
   return key;
 }
 
+// Sorts 8 packed key pairs descending, halfwise (19 compare-exchanges, Knuth's optimal network).
+INT2R_FN void sort8(unsigned (&b)[8]) {
+  constexpr int kPairs[19][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 4}, {1, 5}, {2, 6},
+                                 {3, 7}, {0, 1}, {2, 3}, {4, 5}, {6, 7}, {2, 4}, {3, 5},
+                                 {1, 4}, {3, 6}, {1, 2}, {3, 4}, {5, 6}};
+  INT2R_UNROLL
+  for (int c = 0; c < 19; ++c) order_pair(b[kPairs[c][0]], b[kPairs[c][1]]);
+}
+
+// Sorts a bitonic sequence of L packed key pairs descending, halfwise (Batcher's merger:
+// (L / 2) log2(L) compare-exchanges).
+template <int L>
+INT2R_FN void bitonic_sort(unsigned (&c)[L]) {
+  INT2R_UNROLL
+  for (int stride = L / 2; stride > 0; stride /= 2) {
+    INT2R_UNROLL
+    for (int i = 0; i < L; ++i) {
+      if ((i & stride) == 0) order_pair(c[i], c[i + stride]);
+    }
+  }
+}
+
+// The r-th largest (0-based, r < L) 15-bit magnitude key, for the longer lists (L = 8 or 16): the
+// row's keys go in sorted blocks of 8 words into two descending top-L lists (low and high halves),
+// each block merged by the bitonic rule (the L largest of a descending list A and an ascending
+// list B are max(A[i], B[i]), a bitonic sequence, sorted by Batcher's merger); the two halves'
+// lists are merged the same way at the end. Per word ~4.75 packed operations sort its block and
+// (8 + (L / 2) log2 L) / 8 merge it: 8.75 at L = 8 and 13.75 at L = 16, against 11 and 21-31 for
+// insertion into lists of 6 and 11-16 keys (on an H100 the demotion at clip 0.92 took 616 us with
+// insertion, 524 with blocks; the packed min / max run on the integer pipe, its busiest).
+template <int D, int L>
+INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
+  static_assert(L == 8 || L == 16, "lists of 8 or 16 keys");
+  static_assert((D / 2) % 8 == 0, "whole blocks of 8 words");
+  unsigned top[L], first[8];
+  INT2R_UNROLL
+  for (int i = 0; i < 8; ++i) first[i] = w[i] & 0x7fff7fffu;
+  sort8(first);
+  INT2R_UNROLL
+  for (int i = 0; i < L; ++i) top[i] = i < 8 ? first[i] : 0;  // 0 changes no order statistic
+  INT2R_UNROLL
+  for (int m = 8; m < D / 2; m += 8) {
+    unsigned block[8];
+    INT2R_UNROLL
+    for (int i = 0; i < 8; ++i) block[i] = w[m + i] & 0x7fff7fffu;
+    sort8(block);
+    // The block reversed (ascending) against the list's last 8 entries; its first L - 8 are 0.
+    INT2R_UNROLL
+    for (int i = L - 8; i < L; ++i) top[i] = max_u16x2(top[i], block[L - 1 - i]);
+    bitonic_sort<L>(top);
+  }
+  // The high halves' list reversed against the low halves' list: the low halves then hold the
+  // L largest keys of the row as a bitonic sequence (the high halves the same keys reversed).
+  unsigned merged[L];
+  INT2R_UNROLL
+  for (int i = 0; i < L; ++i) {
+    const unsigned mirror = (top[L - 1 - i] >> 16) | (top[L - 1 - i] << 16);
+    merged[i] = max_u16x2(top[i], mirror);
+  }
+  bitonic_sort<L>(merged);
+  unsigned key = merged[0] & 0xffffu;
+  INT2R_UNROLL
+  for (int i = 1; i < L; ++i) key = i == r ? merged[i] & 0xffffu : key;
+  return key;
+}
+
 // The clip threshold's key for position r from the top, 0 <= r < kTopMax (top_length(r) > 0); the
-// switch is uniform across a warp whose rows share a clip ratio.
+// switch is uniform across a warp whose rows share a clip ratio. Lists of 1 and 3 keys take
+// insertion, longer ones sorted blocks.
 template <int D>
 INT2R_FN unsigned threshold_key(const unsigned (&w)[D / 2], int r) {
   switch (top_length(r)) {
@@ -153,12 +227,10 @@ INT2R_FN unsigned threshold_key(const unsigned (&w)[D / 2], int r) {
       return top_key<D, 1>(w, r);
     case 3:
       return top_key<D, 3>(w, r);
-    case 6:
-      return top_key<D, 6>(w, r);
-    case 11:
-      return top_key<D, 11>(w, r);
+    case 8:
+      return top_key_blocks<D, 8>(w, r);
     default:
-      return top_key<D, kTopMax>(w, r);
+      return top_key_blocks<D, 16>(w, r);
   }
 }
 
