@@ -395,6 +395,11 @@ TEST(Int2RowThread, PackedOperationsAndNaN) {
   // bf16 pairs (1.0, -2.0) >= (1.0, -1.0): low yes, high no; NaN never compares.
   EXPECT_EQ(int2r::ge_mask(0xc0003f80u, 0xbf803f80u), 0x0000ffffu);
   EXPECT_EQ(int2r::ge_mask(0x7fc03f80u, 0x3f807fc0u), 0u);
+  // Code sums (bf16 128 + code per half): (1.0, -2.0) against 0.5, 1.0, 2.0 gives 2 and 0; every
+  // element (-inf) and no element (NaN) as thresholds; a NaN element compares false.
+  EXPECT_EQ(int2r::code_sums(0xc0003f80u, 0x3f003f00u, 0x3f803f80u, 0x40004000u), 0x43004302u);
+  EXPECT_EQ(int2r::code_sums(0xc0003f80u, 0xff80ff80u, 0xff80ff80u, 0x7fff7fffu), 0x43024302u);
+  EXPECT_EQ(int2r::code_sums(0x7fc03f80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u), 0x43004303u);
   std::vector<float> x(128, 0.5f);
   x[77] = std::nanf("");
   unsigned w[64], codes[8], scale_zero = 0;

@@ -76,6 +76,34 @@ INT2R_FN unsigned even_bytes(unsigned a, unsigned b) {
 #endif
 }
 
+// Per half of w, the bf16 value 128 + code, code = [x >= t1] + [x >= t2] + [x >= t3] (0..3, x
+// and tj the bf16 values in that half; NaN compares false): its low byte is the code. The sums
+// are exact in bf16 (128 .. 131 are consecutive bf16 values); on the device the comparisons give
+// bf16 1.0 / 0.0 and the additions run on the FMA pipe, leaving the integer pipe, the quantizer's
+// busiest, three comparisons a word.
+INT2R_FN unsigned code_sums(unsigned w, unsigned t1, unsigned t2, unsigned t3) {
+#if defined(__CUDA_ARCH__)
+  using pair = __nv_bfloat162;
+  const pair x = *reinterpret_cast<const pair*>(&w);
+  const pair bias = __floats2bfloat162_rn(128.0f, 128.0f);
+  pair sum = __hadd2(__hge2(x, *reinterpret_cast<const pair*>(&t1)), bias);
+  sum = __hadd2(sum, __hge2(x, *reinterpret_cast<const pair*>(&t2)));
+  sum = __hadd2(sum, __hge2(x, *reinterpret_cast<const pair*>(&t3)));
+  return *reinterpret_cast<const unsigned*>(&sum);
+#else
+  const unsigned thresholds[3] = {t1, t2, t3};
+  unsigned out = 0;
+  for (int half = 0; half < 2; ++half) {
+    const int shift = 16 * half;
+    const float x = int2t::float_of((w >> shift) << 16);
+    unsigned code = 0;
+    for (const unsigned t : thresholds) code += x >= int2t::float_of((t >> shift) << 16) ? 1 : 0;
+    out |= (0x4300u + code) << shift;  // bf16 128 + code
+  }
+  return out;
+#endif
+}
+
 // NaN-propagating halfwise minimum and maximum of bf16 pairs: a NaN anywhere reaches the result.
 // Which of -0 and +0 comes out is left open (row_scalars gives the same results for both).
 INT2R_FN void range_update(unsigned& low, unsigned& high, unsigned w) {
@@ -255,18 +283,17 @@ INT2R_FN bool quantize_row(const unsigned (&w)[D / 2], unsigned key, unsigned (&
   const unsigned t3 = int2t::row_threshold(rs, 3, &decided3) * 0x10001u;
   if (!(decided1 && decided2 && decided3)) return false;
   // Word j holds elements 4 j + b + f D / 4 (byte b, field f): the pairs 2 j + f D / 8 and the
-  // next one. Per element, code = [x >= T1] + [x >= T2] + [x >= T3]; the comparisons are nested,
-  // so bit 1 is the second and bit 0 the parity of the three.
+  // next one. Per element, code = [x >= T1] + [x >= T2] + [x >= T3]: one byte permute gathers
+  // the four codes of a field (the low bytes of its two words' code sums), and the fields add in
+  // (disjoint bits: multiply-adds, which run on the FMA pipe).
   INT2R_UNROLL
   for (int j = 0; j < D / 16; ++j) {
     unsigned word = 0;
     INT2R_UNROLL
     for (int f = 0; f < 4; ++f) {
       const unsigned a = w[2 * j + f * (D / 8)], b = w[2 * j + f * (D / 8) + 1];
-      const unsigned g1 = even_bytes(ge_mask(a, t1), ge_mask(b, t1));
-      const unsigned g2 = even_bytes(ge_mask(a, t2), ge_mask(b, t2));
-      const unsigned g3 = even_bytes(ge_mask(a, t3), ge_mask(b, t3));
-      word |= ((g1 ^ g2 ^ g3) & (0x01010101u << (2 * f))) | (g2 & (0x02020202u << (2 * f)));
+      const unsigned field = even_bytes(code_sums(a, t1, t2, t3), code_sums(b, t1, t2, t3));
+      word += field * (1u << (2 * f));
     }
     codes[j] = word;
   }
