@@ -132,6 +132,13 @@ INT2R_FN int top_length(int r) {
   return r < 1 ? 1 : r < 3 ? 3 : r < 8 ? 8 : r < kTopMax ? kTopMax : 0;
 }
 
+// The two magnitude keys of a word for the clip selection, as 16-bit halves: 2 |x| in each, plus
+// the low element's sign bit in the high half (w * 2 shifts it there). Doubling keeps the order
+// and the extra bit only breaks ties, so an order statistic of these halved is the magnitude
+// key's; the multiply runs on the FMA pipe where a mask would take the integer pipe, the
+// quantizer's busiest.
+INT2R_FN unsigned sort_keys(unsigned w) { return w * 2u; }
+
 // Descending compare-exchange of packed key pairs: the larger keys to a, halfwise.
 INT2R_FN void order_pair(unsigned& a, unsigned& b) {
   const unsigned high = max_u16x2(a, b);
@@ -152,7 +159,7 @@ INT2R_FN unsigned top_key(const unsigned (&w)[D / 2], int r) {
   for (int i = 0; i < K; ++i) top[i] = 0;
   INT2R_UNROLL
   for (int m = 0; m < D / 2; ++m) {
-    unsigned x = w[m] & 0x7fff7fffu;
+    unsigned x = sort_keys(w[m]);
     INT2R_UNROLL
     for (int i = 0; i < K; ++i) {
       const unsigned high = max_u16x2(top[i], x);
@@ -176,7 +183,7 @@ INT2R_FN unsigned top_key(const unsigned (&w)[D / 2], int r) {
   unsigned key = merged[0];
   INT2R_UNROLL
   for (int i = 1; i < K; ++i) key = i == r ? merged[i] : key;
-  return key;
+  return key >> 1;
 }
 
 // Sorts 8 packed key pairs descending, halfwise (19 compare-exchanges, Knuth's optimal network).
@@ -215,7 +222,7 @@ INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
   static_assert((D / 2) % 8 == 0, "whole blocks of 8 words");
   unsigned top[L], first[8];
   INT2R_UNROLL
-  for (int i = 0; i < 8; ++i) first[i] = w[i] & 0x7fff7fffu;
+  for (int i = 0; i < 8; ++i) first[i] = sort_keys(w[i]);
   sort8(first);
   INT2R_UNROLL
   for (int i = 0; i < L; ++i) top[i] = i < 8 ? first[i] : 0;  // 0 changes no order statistic
@@ -223,7 +230,7 @@ INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
   for (int m = 8; m < D / 2; m += 8) {
     unsigned block[8];
     INT2R_UNROLL
-    for (int i = 0; i < 8; ++i) block[i] = w[m + i] & 0x7fff7fffu;
+    for (int i = 0; i < 8; ++i) block[i] = sort_keys(w[m + i]);
     sort8(block);
     // The block reversed (ascending) against the list's last 8 entries; its first L - 8 are 0.
     INT2R_UNROLL
@@ -242,7 +249,7 @@ INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
   unsigned key = merged[0] & 0xffffu;
   INT2R_UNROLL
   for (int i = 1; i < L; ++i) key = i == r ? merged[i] & 0xffffu : key;
-  return key;
+  return key >> 1;
 }
 
 // The clip threshold's key for position r from the top, 0 <= r < kTopMax (top_length(r) > 0); the
