@@ -684,10 +684,10 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
 // Row-per-thread demotion, for large demotions. A warp takes 32 consecutive rows of one (K or V,
 // KV head) across pages, so the clip ratio is the same for the whole warp, and each thread
 // quantizes one row alone (int2r::quantize_row: the row's words in its registers, the clip
-// threshold from a running top list of magnitude keys, the scalars and code thresholds once per
-// row), with no cross-lane reduction. The batched kernel's warp-wide work per row (pop rounds,
-// range reductions, scalars shared out across lanes) is ~160 warp instructions; here a row costs
-// its thread ~1600 instructions at a clip ratio of 0.96, ~50 warp instructions per row. Rows the
+// threshold from top lists of magnitude keys, the scalars and code thresholds once per row), with
+// no cross-lane reduction. The batched kernel's warp-wide work per row (pop rounds, range
+// reductions, scalars shared out across lanes) is ~160 warp instructions; here a row costs its
+// thread ~1500 instructions at a clip ratio of 0.96, ~48 warp instructions per row. Rows the
 // thresholds cannot serve and clip ratios whose top list would be too long (int2r::top_length)
 // go through demote_row_exact, the whole warp on one row.
 

@@ -2,7 +2,8 @@
 // of magnitude keys (insertion, or sorted blocks merged in), scalars and code thresholds from
 // int2_thresholds.h, codes by three packed comparisons per pair of elements. Shared by the CUDA
 // row-per-thread demotion kernel and a CPU test (the same operations on both sides; the packed
-// 16-bit and bf16 operations have plain C++ stand-ins on the host).
+// 16-bit and bf16 operations have plain C++ stand-ins on the host, code_sums' bf16 sums an
+// integer count giving the same bits).
 //
 // Included by int2_quantize.cuh inside a namespace (and by the CPU test); it includes only
 // int2_thresholds.h. On the device it needs cuda_bf16.h (included by the .cu file before).
