@@ -842,7 +842,8 @@ struct TcTile {
 // Slots of a warp's copy ring: NS - 2 tiles in flight while two are computed on. Four at every
 // head size: fewer tiles in flight per multiprocessor streamed faster on the H100 (Qwen3-8B
 // shape, 128K, same machine: 8 slots 40.0-40.4 us at batch 1 and 241.6-243.1 at batch 8, 4 slots
-// 37.7-38.3 and 238.7-239.5; 3, 5, 6 and 10 slots were slower than 4).
+// 37.7-38.3 and 238.7-239.5; 3, 5, 6 and 10 slots, measured with a bulk-copy variant, were
+// slower than 4).
 template <int D>
 inline constexpr int kTcStages = 4;
 
