@@ -425,14 +425,37 @@ int main(int argc, char** argv) {
     p.v_scale_zero = vsz.as<bf16_bits>();
     p.k_bf16 = kb.as<bf16_bits>();
     p.v_bf16 = vb.as<bf16_bits>();
-    // Tensor cores: mma.sync, then the default kernel (the warpgroup MMA on Hopper).
-    std::vector<StoreKvPath> paths = {StoreKvPath::kFloat32};
-    if (d != 256)
-      paths.insert(paths.end(), {StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore});
+    // Tensor cores: mma.sync, then the default kernel (the warpgroup MMA on Hopper), building R'
+    // from R in every block and then with the rotation prepared once (prepare_store_kv), as an
+    // engine stores with it (PagedInt2Attention prepares one per layer).
+    Buffer prepared(store_kv_prepared_bytes(hkv, d));
+    if (d != 256 && prepare_store_kv(p, prepared.ptr) != Status::kOk) die("prepare_store_kv");
+    struct StoreRun {
+      StoreKvPath path;
+      bool prepared;
+      const char* name;
+    };
+    int device = 0, major = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    const bool hopper = major == 9;
+    std::vector<StoreRun> runs = {{StoreKvPath::kFloat32, false, "float32"}};
+    if (d != 256) {
+      runs.insert(runs.end(),
+                  {{StoreKvPath::kTensorCoreSync, false, "tensor cores (mma.sync)"},
+                   {StoreKvPath::kTensorCore, false, "tensor cores"},
+                   {StoreKvPath::kTensorCore, true, "tensor cores, rotation prepared"}});
+      if (hopper) {
+        runs.push_back({StoreKvPath::kTensorCoreWarpSpecialized, true,
+                        "tensor cores warp-specialized, rotation prepared"});
+      }
+      runs.push_back({StoreKvPath::kAuto, true, "the default path, rotation prepared"});
+    }
     fmt::print("\n");
-    for (const StoreKvPath path : paths) {
+    for (const StoreRun& run : runs) {
       StoreKvParams to_int2 = p, to_bf16 = p;
-      to_int2.path = to_bf16.path = path;
+      to_int2.path = to_bf16.path = run.path;
+      if (run.prepared) to_int2.prepared = to_bf16.prepared = prepared.ptr;
       to_int2.int2_slot = slots.as<std::int64_t>();
       to_bf16.bf16_slot = slots.as<std::int64_t>();
       if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) die("store_kv");
@@ -442,11 +465,9 @@ int main(int argc, char** argv) {
       const double int2_gbs =
           (in_bytes + 2.0 * static_cast<double>(rows) * (d / 4 + 4)) / (int2_us * 1e3);
       const double bf16_gbs = 2.0 * in_bytes / (bf16_us * 1e3);
-      const char* name = path == StoreKvPath::kFloat32          ? "float32"
-                         : path == StoreKvPath::kTensorCoreSync ? "tensor cores (mma.sync)"
-                                                                : "tensor cores";
-      // The default path (kAuto: tensor cores where they serve the head size) gives the headline.
-      if (path == paths.back()) {
+      // The default path as an engine runs it (the last: prepared where tensor cores serve the
+      // head size) gives the headline.
+      if (&run == &runs.back()) {
         store_int2_gbs = int2_gbs;
         store_bf16_gbs = bf16_gbs;
       }
@@ -454,9 +475,10 @@ int main(int argc, char** argv) {
           "store (rotate d x d on {}, clip, quantize, pack) of {} tokens x {} heads: to INT2 "
           "{:.1f} us, {:.0f} GB/s ({:.0f}% of copy), {:.1f} M rows/s; to BF16 {:.1f} us, {:.0f} "
           "GB/s\n",
-          name, tokens, hkv, int2_us, int2_gbs, 100.0 * int2_gbs / copy_gbs,
+          run.name, tokens, hkv, int2_us, int2_gbs, 100.0 * int2_gbs / copy_gbs,
           2.0 * static_cast<double>(rows) / int2_us, bf16_us, bf16_gbs);
-      stores.push_back({{"path", name},
+      stores.push_back({{"path", run.name},
+                        {"prepared", run.prepared},
                         {"int2_us", int2_us},
                         {"int2_gbs", int2_gbs},
                         {"bf16_us", bf16_us},
@@ -468,18 +490,18 @@ int main(int argc, char** argv) {
     if (d != 256) {
       fmt::print(
           "store time by token count (us; INT2 / BF16 destination; the last three with the "
-          "rotation prepared once)\n{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15}\n",
+          "rotation prepared once)\n{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} "
+          "{:>15}\n",
           "tokens", "float32", "mma.sync", "tensor cores", "auto", "prep. mma.sync",
-          "prep. tensor c.", "prep. auto");
-      Buffer prepared(store_kv_prepared_bytes(hkv, d));
-      if (prepare_store_kv(p, prepared.ptr) != Status::kOk) die("prepare_store_kv");
-      for (const int n : {1, 32, 128, 512, 1024, 2048, 8192}) {
+          "prep. tensor c.", "prep. auto", hopper ? "prep. warp-sp." : "");
+      for (const int n : {1, 32, 128, 512, 1024, 2048, 8192, 32768}) {
         std::vector<double> us;
-        for (int column = 0; column < 7; ++column) {
+        for (int column = 0; column < (hopper ? 8 : 7); ++column) {
           constexpr StoreKvPath kPaths[] = {
-              StoreKvPath::kFloat32, StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
-              StoreKvPath::kAuto,    StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
-              StoreKvPath::kAuto};
+              StoreKvPath::kFloat32,        StoreKvPath::kTensorCoreSync,
+              StoreKvPath::kTensorCore,     StoreKvPath::kAuto,
+              StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
+              StoreKvPath::kAuto,           StoreKvPath::kTensorCoreWarpSpecialized};
           StoreKvParams to_int2 = p, to_bf16 = p;
           to_int2.num_tokens = to_bf16.num_tokens = n;
           to_int2.path = to_bf16.path = kPaths[column];
@@ -510,6 +532,10 @@ int main(int argc, char** argv) {
                                {"prepared_tensor_core_bf16_us", us[11]},
                                {"prepared_auto_int2_us", us[12]},
                                {"prepared_auto_bf16_us", us[13]}});
+        if (hopper) {
+          store_sweep.back()["prepared_warp_specialized_int2_us"] = us[14];
+          store_sweep.back()["prepared_warp_specialized_bf16_us"] = us[15];
+        }
       }
     }
   }

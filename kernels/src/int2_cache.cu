@@ -1914,6 +1914,28 @@ __device__ __forceinline__ void register_fence(float& x) { asm volatile("" : "+f
 __device__ __forceinline__ void register_fence(std::uint32_t& x) {
   asm volatile("" : "+r"(x)::"memory");
 }
+
+// mbarriers: the hand-over of rotated tiles between the warp-specialized store's warps.
+__device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(arrivals)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+}
+// Waits until the phase of the given parity has completed (a fresh barrier counts its phase
+// "-1", of parity 1, as completed).
+__device__ __forceinline__ void mbarrier_wait_parity(std::uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
 #endif
 
 // Issues (and commits) the copies of one warp's tile: its rows as they are (zero rows past the
@@ -2423,6 +2445,337 @@ Status launch_store_kv_tc(const StoreKvParams& p) {
   return Status::kOk;
 }
 
+// store_kv, warp-specialized (Hopper, large stores). In store_kv_tc_kernel every warp multiplies
+// its tile and then quantizes it, so the four warps of a warpgroup wait out each MMA together and
+// the tensor pipe idles while everyone quantizes (Nsight Compute, 32768 tokens: a sixth of the
+// warps' time in the MMA's wait, issue slots 43% busy). Here kStoreWsMmaGroups warpgroups only
+// copy rows in and multiply them (64-row MMA blocks, taken in turn), and the other warps only
+// quantize and pack, a 32-row tile at a time. Each quantizing warp owns kStoreWsBuffers tile
+// buffers: an MMA warp copies its 16 rows into one, multiplies them in place and hands the
+// buffer over; the quantizing warp hands it back once its lanes hold their rows (an mbarrier
+// pair per buffer: full / empty).
+#ifndef OSCAR_STORE_WS_GROUPS
+#define OSCAR_STORE_WS_GROUPS 2
+#endif
+constexpr int kStoreWsMmaGroups = OSCAR_STORE_WS_GROUPS;
+constexpr int kStoreWsMmaWarps = 4 * kStoreWsMmaGroups;
+constexpr int kStoreWsQuantWarps = kStoreTcWarps - kStoreWsMmaWarps;
+#ifndef OSCAR_STORE_WS_BUFFERS
+#define OSCAR_STORE_WS_BUFFERS 2
+#endif
+constexpr int kStoreWsBuffers = OSCAR_STORE_WS_BUFFERS;  // tile buffers per quantizing warp
+constexpr int kStoreWsRows = 64;                         // rows per MMA block: two quantizer tiles
+
+template <int D>
+struct StoreWsLayout {
+  static constexpr int kPitch = StoreTcLayout<D>::kPitch;
+  // R'^T's terms and b (then the mean while R' is built) as in store_kv_tc_kernel.
+  static constexpr std::size_t kRotationBytes = StoreTcLayout<D>::kRotationBytes;
+  static constexpr std::size_t kBiasBytes = StoreTcLayout<D>::kBiasBytes;
+  static constexpr std::size_t kTileBytes =  // a tile's rows, pitched
+      std::size_t{kStoreTcTokens} * kPitch * sizeof(__nv_bfloat16);
+  static constexpr std::size_t kSlotBytes = kStoreTcTokens * sizeof(std::int64_t);  // BF16 slots
+  static constexpr int kTileBuffers = kStoreWsQuantWarps * kStoreWsBuffers;
+  static constexpr std::size_t kTileOffset = kRotationBytes + kBiasBytes;
+  static constexpr std::size_t kSlotOffset = kTileOffset + kTileBuffers * kTileBytes;
+  static constexpr std::size_t kBarrierOffset = kSlotOffset + kStoreWsQuantWarps * kSlotBytes;
+  static constexpr std::size_t kBytes =
+      kBarrierOffset + std::size_t{2} * kTileBuffers * sizeof(std::uint64_t);
+  static_assert(kTileOffset % 16 == 0 && kSlotOffset % 16 == 0 && kBarrierOffset % 8 == 0,
+                "aligned shared regions");
+  static_assert(kBytes <= 227 * 1024, "a Hopper block's shared memory");
+};
+
+// Issues (and commits) the copies of 16 rows from token0 on (zero rows past the store's tokens)
+// into a tile buffer's pitched rows.
+template <int D>
+__device__ __forceinline__ void store_ws_copy_rows(const StoreKvParams& p, const bf16_bits* src,
+                                                   int head, std::int64_t token0,
+                                                   __nv_bfloat16* rows) {
+  constexpr int kChunks = D / 8;
+  constexpr int P = StoreWsLayout<D>::kPitch;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+#pragma unroll
+  for (int u = 0; u < 16 * kChunks / 32; ++u) {
+    const int idx = lane + 32 * u, r = idx / kChunks, c = idx % kChunks;
+    const std::int64_t token = token0 + r;
+    const bool live = token < p.num_tokens;
+    cp_async_16(rows + r * P + c * 8,
+                live ? src + (token * p.num_kv_heads + head) * D + c * 8 : src, live ? 16 : 0);
+  }
+  cp_async_commit();
+}
+
+template <int D>
+__global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_ws_kernel(StoreKvParams p) {
+#if OSCAR_STORE_WGMMA
+  using Layout = StoreWsLayout<D>;
+  constexpr int P = Layout::kPitch;
+  constexpr int kChunks = D / 8;
+  extern __shared__ __align__(128) unsigned char store_ws_smem[];
+  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_ws_smem);
+  __nv_bfloat16* const r_lo = r_hi + D * P;
+  float* const bias = reinterpret_cast<float*>(store_ws_smem + Layout::kRotationBytes);
+  float* const mean_sm = bias + D;
+  auto* const tiles_sm = reinterpret_cast<__nv_bfloat16*>(store_ws_smem + Layout::kTileOffset);
+  auto* const slots_sm = reinterpret_cast<std::int64_t*>(store_ws_smem + Layout::kSlotOffset);
+  auto* const full = reinterpret_cast<std::uint64_t*>(store_ws_smem + Layout::kBarrierOffset);
+  std::uint64_t* const empty = full + Layout::kTileBuffers;
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
+  const bool is_key = blockIdx.z == 0;
+  const bf16_bits* src = is_key ? p.k : p.v;
+  // MMA blocks go round the blocks of the grid: this block takes blockIdx.x + k gridDim.x. Tile
+  // 2 k + h (rows 32 h.. of MMA block k) goes to quantizing warp (2 k + h) % kStoreWsQuantWarps,
+  // as that warp's use u = (2 k + h) / kStoreWsQuantWarps, in its buffer u % kStoreWsBuffers.
+  const std::int64_t blocks = (p.num_tokens + kStoreWsRows - 1) / kStoreWsRows;
+  const int my_blocks =
+      blocks > blockIdx.x ? static_cast<int>((blocks - 1 - blockIdx.x) / gridDim.x + 1) : 0;
+  const auto block_token0 = [&](int k) {
+    return (static_cast<std::int64_t>(blockIdx.x) + static_cast<std::int64_t>(k) * gridDim.x) *
+           kStoreWsRows;
+  };
+  if (threadIdx.x < Layout::kTileBuffers) {
+    mbarrier_init(full + threadIdx.x, 64);   // the tile's two MMA warps, every lane
+    mbarrier_init(empty + threadIdx.x, 32);  // its quantizing warp, every lane
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();  // the barriers are initialised before any warp waits on them
+
+  // MMA warpgroup g takes this block's MMA blocks g, g + G, ... (G = kStoreWsMmaGroups); its warp
+  // w multiplies rows 16 w.. of each.
+  const bool mma_warp = warp < kStoreWsMmaWarps;
+  const int group = warp / 4, group_warp = warp % 4;
+  const int group_blocks = my_blocks > group ? (my_blocks - 1 - group) / kStoreWsMmaGroups + 1 : 0;
+  // The buffer rows and barrier of the group's i-th block for this warp.
+  const auto buffer_of = [&](int i, unsigned& use) {
+    const int tile = 2 * (group + i * kStoreWsMmaGroups) + (group_warp >> 1);
+    use = static_cast<unsigned>(tile / kStoreWsQuantWarps);
+    return (tile % kStoreWsQuantWarps) * kStoreWsBuffers + static_cast<int>(use % kStoreWsBuffers);
+  };
+  // Waits for the buffer to come back, then issues the copies of this warp's rows into it.
+  const auto claim_and_copy = [&](int i) {
+    unsigned use;
+    const int buffer = buffer_of(i, use);
+    mbarrier_wait_parity(empty + buffer, ((use / kStoreWsBuffers) & 1) ^ 1);
+    store_ws_copy_rows<D>(p, src, head,
+                          block_token0(group + i * kStoreWsMmaGroups) + 16 * group_warp,
+                          tiles_sm + buffer * (kStoreTcTokens * P) + (group_warp & 1) * 16 * P);
+  };
+  // The first blocks' copies fly while the block prepares R'.
+  if (mma_warp && group_blocks > 0) claim_and_copy(0);
+  const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
+  if (p.prepared != nullptr) {
+    load_prepared_rotation<D, true>(p, head, is_key, r_hi, r_lo, bias);
+  } else {
+    build_store_rotation<D, true>(p, head, is_key, r_hi, r_lo, bias, mean_sm);
+  }
+
+  if (mma_warp) {
+    constexpr unsigned kCoreBytes = 128, kNStride = (D / 8) * kCoreBytes;
+    const std::uint64_t desc_hi = wgmma_descriptor(r_hi, kCoreBytes, kNStride);
+    const std::uint64_t desc_lo = wgmma_descriptor(r_lo, kCoreBytes, kNStride);
+    const int t = lane & 3;
+    for (int i = 0; i < group_blocks; ++i) {
+      unsigned use;
+      const int buffer = buffer_of(i, use);
+      __nv_bfloat16* const rows =
+          tiles_sm + buffer * (kStoreTcTokens * P) + (group_warp & 1) * 16 * P;
+      cp_async_wait<0>();
+      __syncwarp();
+      std::uint32_t a[D / 16][4];
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        ldmatrix_x4(a[ks], rows + (lane & 15) * P + ks * 16 + (lane >> 4) * 8);
+      }
+      float acc[D / 2];  // set by the first MMA (it does not accumulate)
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        wgmma_bf16<D>(acc, a[ks], desc_hi + 16 * ks, ks > 0);
+        wgmma_bf16<D>(acc, a[ks], desc_lo + 16 * ks, 1);
+      }
+      wgmma_commit();
+      // While it runs: the group's next block into its buffer.
+      if (i + 1 < group_blocks) claim_and_copy(i + 1);
+      wgmma_wait_all();
+#pragma unroll
+      for (int e = 0; e < D / 2; ++e) register_fence(acc[e]);
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) register_fence(a[ks][r]);
+      }
+      __syncwarp();  // the rows are read: they take the rotated rows
+      __nv_bfloat16* const row_at =
+          rows + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + (lane >> 4) * 8;
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        std::uint32_t packed[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int nt = 2 * np + h;
+          const float2 b = *reinterpret_cast<const float2*>(bias + nt * 8 + 2 * t);
+          packed[2 * h] = bf16x2_bits(__fsub_rn(acc[4 * nt], b.x), __fsub_rn(acc[4 * nt + 1], b.y));
+          packed[2 * h + 1] =
+              bf16x2_bits(__fsub_rn(acc[4 * nt + 2], b.x), __fsub_rn(acc[4 * nt + 3], b.y));
+        }
+        stmatrix_x4(row_at + np * 16, packed);
+      }
+      mbarrier_arrive(full + buffer);
+    }
+    return;
+  }
+
+  // Quantizing warps: tiles q, q + kStoreWsQuantWarps, ... of this block.
+  const int q = warp - kStoreWsMmaWarps;
+  const int clip_k = int2q::clip_position<D>(clip);
+  const bool thread_path = clip_k >= 0 && int2r::top_length(D - 1 - clip_k) > 0;
+  std::int64_t* const tile_slots = slots_sm + q * kStoreTcTokens;
+  unsigned use = 0;
+  for (int tile = q; tile < 2 * my_blocks; tile += kStoreWsQuantWarps, ++use) {
+    const int buffer = q * kStoreWsBuffers + static_cast<int>(use % kStoreWsBuffers);
+    __nv_bfloat16* const tile_rows = tiles_sm + buffer * (kStoreTcTokens * P);
+    const std::int64_t token0 = block_token0(tile >> 1) + (tile & 1) * kStoreTcTokens;
+    const std::int64_t left = p.num_tokens - token0;
+    const int count = left <= 0               ? 0
+                      : left < kStoreTcTokens ? static_cast<int>(left)
+                                              : kStoreTcTokens;
+    // The slots' loads go out before the wait for the rows.
+    const std::int64_t bf16_slot =
+        p.bf16_slot != nullptr && lane < count ? p.bf16_slot[token0 + lane] : -1;
+    const std::int64_t slot =
+        p.int2_slot != nullptr && lane < count ? p.int2_slot[token0 + lane] : -1;
+    mbarrier_wait_parity(full + buffer, (use / kStoreWsBuffers) & 1);
+    const std::int64_t row =
+        slot >= 0 ? (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size : -1;
+
+    // BF16 slots: 16-byte copies of the rows.
+    if (p.bf16_slot != nullptr) {
+      tile_slots[lane] = bf16_slot;
+      __syncwarp();
+      bf16_bits* pool = is_key ? p.k_bf16 : p.v_bf16;
+      for (int idx = lane; idx < count * kChunks; idx += 32) {
+        const int tt = idx / kChunks, c = (idx % kChunks) * 8;
+        const std::int64_t s = tile_slots[tt];
+        if (s < 0) continue;
+        const std::int64_t r = (s / p.page_size * hkv + head) * p.page_size + s % p.page_size;
+        *reinterpret_cast<uint4*>(pool + r * D + c) =
+            *reinterpret_cast<const uint4*>(tile_rows + tt * P + c);
+      }
+    }
+    // INT2 slots, as store_kv_tc_kernel: row `lane` by its thread (the buffer goes back to the MMA
+    // warps once every lane holds its row), the rows it declines by the whole warp.
+    bool released = false;
+    if (p.int2_slot != nullptr) {
+      std::uint8_t* codes_pool = is_key ? p.k_codes : p.v_codes;
+      bf16_bits* scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
+      if (thread_path && count > kStoreTcWarpRows) {
+        unsigned w[D / 2];
+        const uint4* mine = reinterpret_cast<const uint4*>(tile_rows + lane * P);
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) int2q::unpack_words(mine[i], &w[4 * i]);
+        __syncwarp();
+        mbarrier_arrive(empty + buffer);
+        released = true;
+        const bool stored =
+            row >= 0 && int2q::store_row_thread<D>(w, clip_k, codes_pool, scale_zero_pool, row);
+        for (unsigned rest = __ballot_sync(kFullMask, row >= 0 && !stored); rest != 0;
+             rest &= rest - 1) {
+          const int r = __ffs(rest) - 1;
+          const std::int64_t dst_row = __shfl_sync(kFullMask, row, r);
+          float rotated[D / 32];
+#pragma unroll
+          for (int m = 0; m < D / 32; ++m) {
+            unsigned word = 0;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+              const unsigned v = __shfl_sync(kFullMask, w[16 * m + j], r);
+              if ((lane >> 1) == j) word = v;
+            }
+            rotated[m] = __uint_as_float((lane & 1) != 0 ? word & 0xffff0000u : word << 16);
+          }
+          quantize_row_bf16<D>(rotated, clip, codes_pool + dst_row * (D / 4),
+                               scale_zero_pool + 2 * dst_row);
+        }
+      } else {
+        for (unsigned rest = __ballot_sync(kFullMask, row >= 0); rest != 0; rest &= rest - 1) {
+          const int r = __ffs(rest) - 1;
+          const std::int64_t dst_row = __shfl_sync(kFullMask, row, r);
+          float rotated[D / 32];
+#pragma unroll
+          for (int m = 0; m < D / 32; ++m) {
+            rotated[m] = __bfloat162float(tile_rows[r * P + lane + 32 * m]);
+          }
+          quantize_row_bf16<D>(rotated, clip, codes_pool + dst_row * (D / 4),
+                               scale_zero_pool + 2 * dst_row);
+        }
+      }
+    }
+    if (!released) {
+      __syncwarp();  // the buffer (and its slots) are read
+      mbarrier_arrive(empty + buffer);
+    }
+  }
+#endif
+}
+
+// Whether the current device runs the warp-specialized store: a Hopper GPU, this build's sm_90a
+// code (a build for other targets compiles the kernel's body empty) and the shared memory; worked
+// out once per device.
+template <int D>
+bool store_ws_available() {
+  constexpr std::size_t kBytes = StoreWsLayout<D>::kBytes;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> cached[kCachedDevices] = {};  // 0 unknown, 1 yes, 2 no
+  int answer = device < kCachedDevices ? cached[device].load(std::memory_order_relaxed) : 0;
+  if (answer == 0) {
+    int major = 0, optin = 0;
+    cudaFuncAttributes attributes{};
+    const bool usable =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        major == 9 &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+            cudaSuccess &&
+        static_cast<std::size_t>(optin) >= kBytes &&
+        cudaFuncGetAttributes(&attributes, store_kv_ws_kernel<D>) == cudaSuccess &&
+        attributes.ptxVersion >= 90 &&
+        cudaFuncSetAttribute(store_kv_ws_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kBytes)) == cudaSuccess;
+    if (!usable) cudaGetLastError();
+    answer = usable ? 1 : 2;
+    if (device < kCachedDevices) cached[device].store(answer, std::memory_order_relaxed);
+  }
+  return answer == 1;
+}
+
+template <int D>
+Status launch_store_kv_ws(const StoreKvParams& p) {
+  constexpr std::size_t kBytes = StoreWsLayout<D>::kBytes;
+  if (!store_ws_available<D>()) {
+    set_last_error(
+        "store_kv: the warp-specialized tensor-core path needs an sm_90a build on a Hopper GPU "
+        "and %zu bytes of shared memory per block at head_dim %d (use StoreKvPath::kTensorCore)",
+        kBytes, D);
+    return Status::kUnsupported;
+  }
+  int device = 0, sms = 0;
+  OSCAR_CUDA_CHECK(cudaGetDevice(&device));
+  OSCAR_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::int64_t blocks = (p.num_tokens + kStoreWsRows - 1) / kStoreWsRows;
+  const std::int64_t fill = std::max<std::int64_t>(1, sms / (2 * std::int64_t{p.num_kv_heads}));
+  const dim3 grid(static_cast<unsigned>(std::min(fill, blocks)),
+                  static_cast<unsigned>(p.num_kv_heads), 2);
+  store_kv_ws_kernel<D><<<grid, kStoreTcWarps * 32, kBytes, p.stream>>>(p);
+  OSCAR_CUDA_CHECK(cudaGetLastError());
+  return Status::kOk;
+}
+
 bool is_device_pointer(const void* ptr) {
   if (ptr == nullptr) return false;
   cudaPointerAttributes attr{};
@@ -2451,7 +2804,7 @@ Status store_kv(const StoreKvParams& p) {
     return Status::kInvalidArgument;
   }
   if (static_cast<int>(p.path) < 0 ||
-      static_cast<int>(p.path) > static_cast<int>(StoreKvPath::kTensorCoreSync)) {
+      static_cast<int>(p.path) > static_cast<int>(StoreKvPath::kTensorCoreWarpSpecialized)) {
     set_last_error("store_kv: unknown path %d", static_cast<int>(p.path));
     return Status::kInvalidArgument;
   }
@@ -2481,7 +2834,8 @@ Status store_kv(const StoreKvParams& p) {
            : wgmma ? StoreKvPath::kTensorCore
                    : StoreKvPath::kTensorCoreSync;
   }
-  if (path == StoreKvPath::kTensorCore || path == StoreKvPath::kTensorCoreSync) {
+  if (path == StoreKvPath::kTensorCore || path == StoreKvPath::kTensorCoreSync ||
+      path == StoreKvPath::kTensorCoreWarpSpecialized) {
     if (p.head_dim == 256) {
       set_last_error("store_kv: the tensor-core path serves head_dim 64 and 128 (use kFloat32)");
       return Status::kUnsupported;
@@ -2491,6 +2845,10 @@ Status store_kv(const StoreKvParams& p) {
           "store_kv: the tensor-core path needs 16-byte aligned K/V inputs, rotations, BF16 and "
           "code pools (4-byte aligned scale pools)");
       return Status::kInvalidArgument;
+    }
+    if (path == StoreKvPath::kTensorCoreWarpSpecialized) {
+      if (p.num_tokens == 0) return Status::kOk;
+      return p.head_dim == 64 ? launch_store_kv_ws<64>(p) : launch_store_kv_ws<128>(p);
     }
     if (p.num_tokens == 0) return Status::kOk;
     // Hopper takes the warpgroup MMA (a build without sm_90a code falls back to mma.sync inside
