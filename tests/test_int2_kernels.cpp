@@ -30,12 +30,6 @@ constexpr double kDecodeTol = 8e-3;
 constexpr double kRotateTol = 1.0 / 128.0;
 
 bool have_gpu() { return cuda_device_count() > 0; }
-bool have_hopper() {
-  int device = 0, major = 0;
-  return have_gpu() && cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         major == 9;
-}
 
 template <typename T>
 struct DeviceBuffer {
@@ -279,20 +273,14 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
           vc(clips);
       DeviceBuffer<std::int64_t> bs(bslot), is(islot);
       const std::size_t pool_rows = static_cast<std::size_t>(pool_pages) * heads * ps;
-      // The tensor-core paths: the warpgroup MMA on Hopper (mma.sync elsewhere), mma.sync, and
-      // on Hopper the warp-specialized kernel (the same bits as the warpgroup MMA's).
+      // The tensor-core paths: the warpgroup MMA on Hopper (mma.sync elsewhere) and mma.sync.
       std::vector<StoreKvPath> paths = {StoreKvPath::kFloat32};
       if (d != 256)
         paths.insert(paths.end(), {StoreKvPath::kTensorCore, StoreKvPath::kTensorCoreSync});
-      if (d != 256 && have_hopper()) paths.push_back(StoreKvPath::kTensorCoreWarpSpecialized);
-      std::vector<std::uint16_t> wgmma_kb, wgmma_vb, wgmma_ksz, wgmma_vsz;
-      std::vector<std::uint8_t> wgmma_kc, wgmma_vc;
       for (const StoreKvPath path : paths) {
         SCOPED_TRACE(path == StoreKvPath::kFloat32      ? "float32 path"
                      : path == StoreKvPath::kTensorCore ? "tensor-core path"
-                     : path == StoreKvPath::kTensorCoreWarpSpecialized
-                         ? "warp-specialized path"
-                         : "mma.sync tensor-core path");
+                                                        : "mma.sync tensor-core path");
         DeviceBuffer<std::uint16_t> kb(pool_rows * d), vb(pool_rows * d), ksz(pool_rows * 2),
             vsz(pool_rows * 2);
         DeviceBuffer<std::uint8_t> kcodes(pool_rows * d / 4), vcodes(pool_rows * d / 4);
@@ -324,22 +312,6 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
         const auto got_kb = kb.download(), got_vb = vb.download();
         const auto got_kc = kcodes.download(), got_vc = vcodes.download();
         const auto got_ksz = ksz.download(), got_vsz = vsz.download();
-        if (path == StoreKvPath::kTensorCore && have_hopper()) {
-          wgmma_kb = got_kb;
-          wgmma_vb = got_vb;
-          wgmma_kc = got_kc;
-          wgmma_vc = got_vc;
-          wgmma_ksz = got_ksz;
-          wgmma_vsz = got_vsz;
-        }
-        if (path == StoreKvPath::kTensorCoreWarpSpecialized) {
-          EXPECT_EQ(got_kb, wgmma_kb);
-          EXPECT_EQ(got_vb, wgmma_vb);
-          EXPECT_EQ(got_kc, wgmma_kc);
-          EXPECT_EQ(got_vc, wgmma_vc);
-          EXPECT_EQ(got_ksz, wgmma_ksz);
-          EXPECT_EQ(got_vsz, wgmma_vsz);
-        }
         if (path != StoreKvPath::kFloat32) {
           // The same store with the rotation prepared once gives the same bits: the blocks copy
           // in what they would have built.
@@ -737,14 +709,6 @@ TEST(Int2Kernels, RejectBadArguments) {
     EXPECT_EQ(store_kv(t), Status::kUnsupported);
     t.head_dim = 128;
     EXPECT_EQ(store_kv(t), Status::kOk);  // nothing to store
-    if (!have_hopper()) {
-      // The warp-specialized kernel runs on Hopper only: refused before anything is launched.
-      StoreKvParams w = t;
-      w.path = StoreKvPath::kTensorCoreWarpSpecialized;
-      w.num_tokens = 1;
-      EXPECT_EQ(store_kv(w), Status::kUnsupported);
-      EXPECT_NE(std::string(last_error_message()).find("Hopper"), std::string::npos);
-    }
     t.v = reinterpret_cast<const bf16_bits*>(bytes + 2);
     EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
     EXPECT_NE(std::string(last_error_message()).find("16-byte aligned"), std::string::npos);

@@ -435,20 +435,12 @@ int main(int argc, char** argv) {
       bool prepared;
       const char* name;
     };
-    int device = 0, major = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    const bool hopper = major == 9;
     std::vector<StoreRun> runs = {{StoreKvPath::kFloat32, false, "float32"}};
     if (d != 256) {
       runs.insert(runs.end(),
                   {{StoreKvPath::kTensorCoreSync, false, "tensor cores (mma.sync)"},
                    {StoreKvPath::kTensorCore, false, "tensor cores"},
                    {StoreKvPath::kTensorCore, true, "tensor cores, rotation prepared"}});
-      if (hopper) {
-        runs.push_back({StoreKvPath::kTensorCoreWarpSpecialized, true,
-                        "tensor cores warp-specialized, rotation prepared"});
-      }
       runs.push_back({StoreKvPath::kAuto, true, "the default path, rotation prepared"});
     }
     fmt::print("\n");
@@ -490,18 +482,16 @@ int main(int argc, char** argv) {
     if (d != 256) {
       fmt::print(
           "store time by token count (us; INT2 / BF16 destination; the last three with the "
-          "rotation prepared once)\n{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} "
-          "{:>15}\n",
+          "rotation prepared once)\n{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15}\n",
           "tokens", "float32", "mma.sync", "tensor cores", "auto", "prep. mma.sync",
-          "prep. tensor c.", "prep. auto", hopper ? "prep. warp-sp." : "");
+          "prep. tensor c.", "prep. auto");
       for (const int n : {1, 32, 128, 512, 1024, 2048, 8192, 32768}) {
         std::vector<double> us;
-        for (int column = 0; column < (hopper ? 8 : 7); ++column) {
+        for (int column = 0; column < 7; ++column) {
           constexpr StoreKvPath kPaths[] = {
-              StoreKvPath::kFloat32,        StoreKvPath::kTensorCoreSync,
-              StoreKvPath::kTensorCore,     StoreKvPath::kAuto,
-              StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
-              StoreKvPath::kAuto,           StoreKvPath::kTensorCoreWarpSpecialized};
+              StoreKvPath::kFloat32, StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
+              StoreKvPath::kAuto,    StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
+              StoreKvPath::kAuto};
           StoreKvParams to_int2 = p, to_bf16 = p;
           to_int2.num_tokens = to_bf16.num_tokens = n;
           to_int2.path = to_bf16.path = kPaths[column];
@@ -532,10 +522,6 @@ int main(int argc, char** argv) {
                                {"prepared_tensor_core_bf16_us", us[11]},
                                {"prepared_auto_int2_us", us[12]},
                                {"prepared_auto_bf16_us", us[13]}});
-        if (hopper) {
-          store_sweep.back()["prepared_warp_specialized_int2_us"] = us[14];
-          store_sweep.back()["prepared_warp_specialized_bf16_us"] = us[15];
-        }
       }
     }
   }

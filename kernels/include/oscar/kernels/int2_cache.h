@@ -44,22 +44,14 @@ using bf16_bits = std::uint16_t;
 // summation order, so a value may round to the neighbouring bf16) and quantizes one row per
 // thread; it needs 16-byte aligned K/V inputs, rotations and pools. On Hopper (a build with sm_90a
 // code) kTensorCore multiplies with the warpgroup MMA (wgmma), elsewhere with mma.sync;
-// kTensorCoreSync takes the mma.sync kernel on any device (for comparison and tests).
-// kTensorCoreWarpSpecialized (Hopper with sm_90a code only; experimental, not chosen by kAuto:
-// measured slower) gives the copies and the warpgroup MMA to two warpgroups of each block and the
-// quantization to the other two (the same bits as kTensorCore). kAuto: the tensor-core kernels
-// when head_dim, alignment and the device's shared memory allow (faster at every token count
-// measured, a decode step's few rows included), on Hopper the warpgroup MMA with a prepared
-// rotation (fastest at every token count) and without one from kStoreWgmmaMinTokens tokens
-// (below, mma.sync measured a little faster); else kFloat32 (figures on the results page). The
-// INT2 rows are the exact quantization of the stored bf16 rows either way.
-enum class StoreKvPath {
-  kAuto,
-  kFloat32,
-  kTensorCore,
-  kTensorCoreSync,
-  kTensorCoreWarpSpecialized
-};
+// kTensorCoreSync takes the mma.sync kernel on any device (for comparison and tests). kAuto: the
+// tensor-core kernels when head_dim, alignment and the device's shared memory allow (faster at
+// every token count measured, a decode step's few rows included), on Hopper the warpgroup MMA
+// with a prepared rotation (fastest at every token count) and without one from
+// kStoreWgmmaMinTokens tokens (below, mma.sync measured a little faster); else kFloat32 (figures
+// on the results page). The INT2 rows are the exact quantization of the stored bf16 rows either
+// way.
+enum class StoreKvPath { kAuto, kFloat32, kTensorCore, kTensorCoreSync };
 constexpr std::int64_t kStoreWgmmaMinTokens = 1024;
 
 struct StoreKvParams {
