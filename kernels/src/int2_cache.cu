@@ -12,6 +12,21 @@
 #include "oscar/kernels/cuda_check.h"
 #include "oscar/kernels/int2_cache.h"
 
+// Ablations of the tensor-core store, for timing its parts (scripts/gpu/store-ablation): each
+// drops one part of the work and so stores wrong values; all are off in every normal build.
+//   OSCAR_STORE_ABLATE_PRODUCT   no warpgroup MMA (the accumulators come from the row itself);
+//   OSCAR_STORE_ABLATE_LOW_TERM  the product with R'_hi only (half the tensor work);
+//   OSCAR_STORE_ABLATE_QUANTIZE  no clip selection, range, thresholds or codes (rows still read).
+#ifndef OSCAR_STORE_ABLATE_PRODUCT
+#define OSCAR_STORE_ABLATE_PRODUCT 0
+#endif
+#ifndef OSCAR_STORE_ABLATE_LOW_TERM
+#define OSCAR_STORE_ABLATE_LOW_TERM 0
+#endif
+#ifndef OSCAR_STORE_ABLATE_QUANTIZE
+#define OSCAR_STORE_ABLATE_QUANTIZE 0
+#endif
+
 namespace oscar::kernels {
 namespace {
 
@@ -2196,8 +2211,18 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           // k-step ks starts 2 core matrices (256 bytes, 16 descriptor units) further along K.
+#if !OSCAR_STORE_ABLATE_PRODUCT
           wgmma_bf16<D>(acc, a[ks], desc_hi + 16 * ks, ks > 0);
+#if !OSCAR_STORE_ABLATE_LOW_TERM
           wgmma_bf16<D>(acc, a[ks], desc_lo + 16 * ks, 1);
+#endif
+#else
+          // Ablation: accumulators from the row's own fragments (no product, nothing constant).
+          if (ks == 0) {
+#pragma unroll
+            for (int e = 0; e < D / 2; ++e) acc[e] = __uint_as_float(a[e % (D / 16)][e % 4]);
+          }
+#endif
         }
         wgmma_commit();
         wgmma_wait_all();
@@ -2312,7 +2337,11 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
         }
         copies_issued = true;
         const bool stored =
+#if OSCAR_STORE_ABLATE_QUANTIZE
+            row >= 0 && int2q::store_row_ablated<D>(w, codes_pool, scale_zero_pool, row);
+#else
             row >= 0 && int2q::store_row_thread<D>(w, clip_k, codes_pool, scale_zero_pool, row);
+#endif
         // A declined row comes from its lane's registers: lane l takes elements l + 32 m, the
         // low (even l) or high half of word l / 2 + 16 m.
         for (unsigned rest = __ballot_sync(kFullMask, row >= 0 && !stored); rest != 0;

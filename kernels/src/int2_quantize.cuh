@@ -719,6 +719,25 @@ __device__ __forceinline__ bool store_row_thread(const unsigned (&w)[D / 2], int
   return true;
 }
 
+#if OSCAR_STORE_ABLATE_QUANTIZE
+// Ablation of the store's quantization (timing only): the row's words folded into its codes and
+// (scale, zero), so that its loads and stores stay and the clip selection, range, thresholds and
+// codes go.
+template <int D>
+__device__ __forceinline__ bool store_row_ablated(const unsigned (&w)[D / 2],
+                                                  std::uint8_t* codes_pool,
+                                                  bf16_bits* scale_zero_pool, std::int64_t row) {
+  unsigned c[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int m = 0; m < D / 2; ++m) c[m % 4] ^= w[m];
+  uint4* dst = reinterpret_cast<uint4*>(codes_pool + row * (D / 4));
+#pragma unroll
+  for (int i = 0; i < D / 64; ++i) dst[i] = make_uint4(c[0], c[1], c[2], c[3]);
+  reinterpret_cast<unsigned*>(scale_zero_pool)[row] = c[0];
+  return true;
+}
+#endif
+
 constexpr int kRowwiseWarps = 8;
 
 // One warp per 32 rows of one (K or V, KV head); rows run over pages in page order. Needs 16-byte

@@ -1,0 +1,181 @@
+// Times store_kv into INT2 (tensor cores, rotation prepared; 32768 tokens x 8 KV heads, d 128)
+// for scripts/gpu/store-ablation, which links it against int2_cache.cu built with each
+// OSCAR_STORE_ABLATE_* switch. Torch-free. Rows: gaussian bf16 (none that the one-row-per-thread
+// quantizer declines); keys centred and smoothed, both rotated by a signed Hadamard matrix per
+// head; clip 0.96 for keys, 0.96 and then 0.92 for values.
+// Usage: store_ablation NAME [ITERATIONS]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "oscar/kernels/int2_cache.h"
+
+using namespace oscar::kernels;
+
+#define CK(x)                                                                        \
+  do {                                                                               \
+    cudaError_t e = (x);                                                             \
+    if (e != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+static std::uint16_t to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+template <class T>
+T* dev(std::size_t n) {
+  T* p = nullptr;
+  CK(cudaMalloc(&p, n * sizeof(T)));
+  CK(cudaMemset(p, 0, n * sizeof(T)));
+  return p;
+}
+
+static std::uint64_t hash_dev(const void* p, std::size_t bytes) {
+  std::vector<unsigned char> h(bytes);
+  CK(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost));
+  std::uint64_t x = 1469598103934665603ull;
+  for (unsigned char c : h) x = (x ^ c) * 1099511628211ull;
+  return x;
+}
+
+template <class F>
+static double time_us(F f, int iters) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0f);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  const char* name = argc > 1 ? argv[1] : "variant";
+  const int iters = argc > 2 ? std::atoi(argv[2]) : 50;
+  const int tokens = 32768, hkv = 8, d = 128, ps = 16;
+  const std::size_t rows = static_cast<std::size_t>(tokens) * hkv;
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::uint16_t> hk(rows * d), hv(rows * d);
+  for (auto& x : hk) x = to_bf16(normal(rng));
+  for (auto& x : hv) x = to_bf16(normal(rng));
+  // A rotation: normalized Hadamard times random signs, per head.
+  std::vector<float> rot(static_cast<std::size_t>(hkv) * d * d);
+  for (int h = 0; h < hkv; ++h) {
+    std::vector<float> sign(d);
+    for (auto& s : sign) s = (rng() & 1) ? 1.0f : -1.0f;
+    for (int i = 0; i < d; ++i)
+      for (int j = 0; j < d; ++j)
+        rot[(static_cast<std::size_t>(h) * d + i) * d + j] =
+            sign[i] * ((__builtin_popcount(i & j) & 1) ? -1.0f : 1.0f) / std::sqrt(float(d));
+  }
+  std::vector<float> mean(hkv * d), smooth(hkv * d);
+  for (auto& m : mean) m = 0.3f * normal(rng);
+  for (auto& s : smooth) s = 0.5f + 0.75f * (rng() % 1000) / 1000.0f;
+  std::vector<std::int64_t> slot(tokens);
+  for (int i = 0; i < tokens; ++i) slot[i] = i;
+
+  auto* k = dev<bf16_bits>(rows * d);
+  auto* v = dev<bf16_bits>(rows * d);
+  CK(cudaMemcpy(k, hk.data(), rows * d * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(v, hv.data(), rows * d * 2, cudaMemcpyHostToDevice));
+  auto* drot = dev<float>(rot.size());
+  CK(cudaMemcpy(drot, rot.data(), rot.size() * 4, cudaMemcpyHostToDevice));
+  auto* dmean = dev<float>(mean.size());
+  auto* dsmooth = dev<float>(smooth.size());
+  CK(cudaMemcpy(dmean, mean.data(), mean.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dsmooth, smooth.data(), smooth.size() * 4, cudaMemcpyHostToDevice));
+  auto* dslot = dev<std::int64_t>(tokens);
+  CK(cudaMemcpy(dslot, slot.data(), tokens * 8, cudaMemcpyHostToDevice));
+  float* kclip = dev<float>(hkv);
+  float* vclip = dev<float>(hkv);
+  auto* kc = dev<std::uint8_t>(rows * d / 4);
+  auto* vc = dev<std::uint8_t>(rows * d / 4);
+  auto* ksz = dev<bf16_bits>(rows * 2);
+  auto* vsz = dev<bf16_bits>(rows * 2);
+  auto* kb = dev<bf16_bits>(rows * d);
+  auto* vb = dev<bf16_bits>(rows * d);
+
+  StoreKvParams p;
+  p.num_tokens = tokens;
+  p.num_kv_heads = hkv;
+  p.head_dim = d;
+  p.page_size = ps;
+  p.k = k;
+  p.v = v;
+  p.k_rotation = drot;
+  p.v_rotation = drot;
+  p.k_mean = dmean;
+  p.k_smooth = dsmooth;
+  p.k_clip = kclip;
+  p.v_clip = vclip;
+  p.k_codes = kc;
+  p.v_codes = vc;
+  p.k_scale_zero = ksz;
+  p.v_scale_zero = vsz;
+  p.k_bf16 = kb;
+  p.v_bf16 = vb;
+  void* prepared = nullptr;
+  CK(cudaMalloc(&prepared, store_kv_prepared_bytes(hkv, d)));
+  if (prepare_store_kv(p, prepared) != Status::kOk) return 2;
+  p.prepared = prepared;
+
+  // Copy bandwidth of the card (256 MiB device to device, read + write), measured in each run.
+  double copy_gbs = 0.0;
+  {
+    void *a = nullptr, *b = nullptr;
+    const std::size_t bytes = 256u << 20;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    const double t = time_us([&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }, 20);
+    copy_gbs = 2.0 * bytes / (t * 1e3);
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+  }
+  const double in_bytes = 2.0 * rows * d * 2, out_int2 = 2.0 * rows * (d / 4 + 4);
+  for (float vclip_ratio : {0.96f, 0.92f}) {
+    std::vector<float> kcv(hkv, 0.96f), vcv(hkv, vclip_ratio);
+    CK(cudaMemcpy(kclip, kcv.data(), hkv * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(vclip, vcv.data(), hkv * 4, cudaMemcpyHostToDevice));
+    StoreKvParams to_int2 = p, to_bf16 = p;
+    to_int2.int2_slot = dslot;
+    to_bf16.bf16_slot = dslot;
+    CK(cudaMemset(kc, 0, rows * d / 4));
+    CK(cudaMemset(vc, 0, rows * d / 4));
+    if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) return 3;
+    CK(cudaDeviceSynchronize());
+    const std::uint64_t h = hash_dev(kc, rows * d / 4) ^ (hash_dev(vc, rows * d / 4) * 3) ^
+                            (hash_dev(ksz, rows * 4) * 5) ^ (hash_dev(vsz, rows * 4) * 7) ^
+                            (hash_dev(kb, rows * d * 2) * 11);
+    const double t_int2 = time_us([&] { store_kv(to_int2); }, iters);
+    const double t_bf16 = time_us([&] { store_kv(to_bf16); }, iters);
+    const double gbs = (in_bytes + out_int2) / (t_int2 * 1e3);
+    std::printf(
+        "%-12s clip K 0.96 V %.2f: into INT2 %6.1f us, %5.0f GB/s (%2.0f%% of copy); into BF16 "
+        "%6.1f us; stored bits %016llx\n",
+        name, vclip_ratio, t_int2, gbs, 100.0 * gbs / copy_gbs, t_bf16,
+        static_cast<unsigned long long>(h));
+  }
+  return 0;
+}
