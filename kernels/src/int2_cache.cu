@@ -16,12 +16,17 @@
 // drops one part of the work and so stores wrong values; all are off in every normal build.
 //   OSCAR_STORE_ABLATE_PRODUCT   no warpgroup MMA (the accumulators come from the row itself);
 //   OSCAR_STORE_ABLATE_LOW_TERM  the product with R'_hi only (half the tensor work);
+//   OSCAR_STORE_ABLATE_ONE_K_STEP  the product's first k-step only (an eighth of the tensor work
+//                                at d 128, the warpgroup still meeting at every product);
 //   OSCAR_STORE_ABLATE_QUANTIZE  no clip selection, range, thresholds or codes (rows still read).
 #ifndef OSCAR_STORE_ABLATE_PRODUCT
 #define OSCAR_STORE_ABLATE_PRODUCT 0
 #endif
 #ifndef OSCAR_STORE_ABLATE_LOW_TERM
 #define OSCAR_STORE_ABLATE_LOW_TERM 0
+#endif
+#ifndef OSCAR_STORE_ABLATE_ONE_K_STEP
+#define OSCAR_STORE_ABLATE_ONE_K_STEP 0
 #endif
 #ifndef OSCAR_STORE_ABLATE_QUANTIZE
 #define OSCAR_STORE_ABLATE_QUANTIZE 0
@@ -2212,6 +2217,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
         for (int ks = 0; ks < D / 16; ++ks) {
           // k-step ks starts 2 core matrices (256 bytes, 16 descriptor units) further along K.
 #if !OSCAR_STORE_ABLATE_PRODUCT
+          if (OSCAR_STORE_ABLATE_ONE_K_STEP && ks > 0) continue;
           wgmma_bf16<D>(acc, a[ks], desc_hi + 16 * ks, ks > 0);
 #if !OSCAR_STORE_ABLATE_LOW_TERM
           wgmma_bf16<D>(acc, a[ks], desc_lo + 16 * ks, 1);
