@@ -2304,17 +2304,21 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     }
     __syncwarp();
 
-    // 3. BF16 slots: 16-byte copies of the rows.
+    // 3. BF16 slots: 16-byte copies of the rows. Lane t works out token t's pool row once (a
+    // 64-bit division by the page size) and the lanes copying its chunks take it by a shuffle,
+    // instead of a division for every chunk.
     if (p.bf16_slot != nullptr) {
       bf16_bits* pool = is_key ? p.k_bf16 : p.v_bf16;
-      for (int idx = lane; idx < count * kChunks; idx += 32) {
-        const int t = idx / kChunks, c = (idx % kChunks) * 8;
-        const std::int64_t slot = tile_slots[t];
-        if (slot < 0) continue;
-        const std::int64_t row =
-            (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size;
-        *reinterpret_cast<uint4*>(pool + row * D + c) =
-            *reinterpret_cast<const uint4*>(tile_rows + t * P + c);
+      const std::int64_t slot = lane < count ? tile_slots[lane] : -1;
+      const std::int64_t token_row =
+          slot >= 0 ? (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size : -1;
+      for (int first = 0; first < count * kChunks; first += 32) {
+        const int idx = first + lane, t = (idx / kChunks) & 31, c = (idx % kChunks) * 8;
+        const std::int64_t row = __shfl_sync(kFullMask, token_row, t);
+        if (idx < count * kChunks && row >= 0) {
+          *reinterpret_cast<uint4*>(pool + row * D + c) =
+              *reinterpret_cast<const uint4*>(tile_rows + t * P + c);
+        }
       }
     }
 
