@@ -1,8 +1,8 @@
-// Times store_kv into INT2 (tensor cores, rotation prepared; 32768 tokens x 8 KV heads, d 128)
-// for scripts/gpu/store-ablation, which links it against int2_cache.cu built with each
-// OSCAR_STORE_ABLATE_* switch. Torch-free. Rows: gaussian bf16 (none that the one-row-per-thread
-// quantizer declines); keys centred and smoothed, both rotated by a signed Hadamard matrix per
-// head; clip 0.96 for keys, 0.96 and then 0.92 for values.
+// Times store_kv into INT2 and into BF16 (tensor cores, rotation prepared; 32768 tokens x 8 KV
+// heads, d 128) for scripts/gpu/store-ablation, which links it against int2_cache.cu built with
+// each OSCAR_STORE_ABLATE_* switch. Torch-free. Rows: gaussian bf16 (none that the
+// one-row-per-thread quantizer declines); keys centred and smoothed, both rotated by a signed
+// Hadamard matrix per head; clip 0.96 for keys, 0.96 and then 0.92 for values.
 // Usage: store_ablation NAME [ITERATIONS]
 #include <cuda_runtime.h>
 
