@@ -138,7 +138,10 @@ int main(int argc, char** argv) {
   p.v_bf16 = vb;
   void* prepared = nullptr;
   CK(cudaMalloc(&prepared, store_kv_prepared_bytes(hkv, d)));
-  if (prepare_store_kv(p, prepared) != Status::kOk) return 2;
+  if (prepare_store_kv(p, prepared) != Status::kOk) {
+    std::fprintf(stderr, "store_ablation: prepare_store_kv failed (this build is for sm_90a)\n");
+    return 2;
+  }
   p.prepared = prepared;
 
   // Copy bandwidth of the card (256 MiB device to device, read + write), measured in each run.
@@ -163,7 +166,10 @@ int main(int argc, char** argv) {
     to_bf16.bf16_slot = dslot;
     CK(cudaMemset(kc, 0, rows * d / 4));
     CK(cudaMemset(vc, 0, rows * d / 4));
-    if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) return 3;
+    if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) {
+      std::fprintf(stderr, "store_ablation: store_kv failed (this build is for sm_90a)\n");
+      return 3;
+    }
     CK(cudaDeviceSynchronize());
     const std::uint64_t h = hash_dev(kc, rows * d / 4) ^ (hash_dev(vc, rows * d / 4) * 3) ^
                             (hash_dev(ksz, rows * 4) * 5) ^ (hash_dev(vsz, rows * 4) * 7) ^
