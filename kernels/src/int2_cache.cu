@@ -50,6 +50,13 @@ bool is_aligned(const void* ptr, std::uintptr_t to) {
   return reinterpret_cast<std::uintptr_t>(ptr) % to == 0;
 }
 
+// The pool row of a store's slot (slot = page * page_size + offset; pages hold every KV head's
+// page_size rows side by side), or -1 for a skipped slot (-1).
+__device__ __forceinline__ std::int64_t slot_pool_row(std::int64_t slot, int page_size,
+                                                      int num_kv_heads, int head) {
+  return slot >= 0 ? (slot / page_size * num_kv_heads + head) * page_size + slot % page_size : -1;
+}
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
@@ -129,18 +136,16 @@ __global__ void __launch_bounds__(kStoreThreads) store_kv_kernel(StoreKvParams p
     float rotated[E];
 #pragma unroll
     for (int m = 0; m < E; ++m) rotated[m] = stage[t * D + lane + 32 * m];
-    const std::int64_t bslot = bf16_slot != nullptr ? bf16_slot[token0 + t] : -1;
-    if (bslot >= 0) {
-      const std::int64_t page = bslot / p.page_size, offset = bslot % p.page_size;
-      bf16_bits* dst = (is_key ? p.k_bf16 : p.v_bf16) +
-                       ((page * hkv + head) * p.page_size + offset) * static_cast<std::int64_t>(D);
+    const std::int64_t bf16_row =
+        slot_pool_row(bf16_slot != nullptr ? bf16_slot[token0 + t] : -1, p.page_size, hkv, head);
+    if (bf16_row >= 0) {
+      bf16_bits* dst = (is_key ? p.k_bf16 : p.v_bf16) + bf16_row * D;
 #pragma unroll
       for (int m = 0; m < E; ++m) dst[lane + 32 * m] = float_to_bf16(rotated[m]);
     }
-    const std::int64_t islot = int2_slot != nullptr ? int2_slot[token0 + t] : -1;
-    if (islot >= 0) {
-      const std::int64_t page = islot / p.page_size, offset = islot % p.page_size;
-      const std::int64_t row_index = (page * hkv + head) * p.page_size + offset;
+    const std::int64_t row_index =
+        slot_pool_row(int2_slot != nullptr ? int2_slot[token0 + t] : -1, p.page_size, hkv, head);
+    if (row_index >= 0) {
       quantize_row_bf16<D>(rotated, (is_key ? p.k_clip : p.v_clip)[head],
                            (is_key ? p.k_codes : p.v_codes) + row_index * (D / 4),
                            (is_key ? p.k_scale_zero : p.v_scale_zero) + row_index * 2);
@@ -2309,9 +2314,8 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     // instead of a division for every chunk.
     if (p.bf16_slot != nullptr) {
       bf16_bits* pool = is_key ? p.k_bf16 : p.v_bf16;
-      const std::int64_t slot = lane < count ? tile_slots[lane] : -1;
       const std::int64_t token_row =
-          slot >= 0 ? (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size : -1;
+          slot_pool_row(lane < count ? tile_slots[lane] : -1, p.page_size, hkv, head);
       for (int first = 0; first < count * kChunks; first += 32) {
         const int idx = first + lane, t = (idx / kChunks) & 31, c = (idx % kChunks) * 8;
         const std::int64_t row = __shfl_sync(kFullMask, token_row, t);
@@ -2330,9 +2334,8 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     if (p.int2_slot != nullptr) {
       std::uint8_t* codes_pool = is_key ? p.k_codes : p.v_codes;
       bf16_bits* scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
-      const std::int64_t slot = lane < count ? tile_slots[kStoreTcTokens + lane] : -1;
-      const std::int64_t row =
-          slot >= 0 ? (slot / p.page_size * hkv + head) * p.page_size + slot % p.page_size : -1;
+      const std::int64_t row = slot_pool_row(lane < count ? tile_slots[kStoreTcTokens + lane] : -1,
+                                             p.page_size, hkv, head);
       // A row by one thread is a serial chain of ~1,700 instructions (~9 us of a one-token store
       // in Nsight Compute), a row by the warp a short one: a tile of few rows (a decode step's
       // store) takes them one by one with the warp. Both give the same bits.
