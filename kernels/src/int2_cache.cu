@@ -31,6 +31,11 @@
 #ifndef OSCAR_STORE_ABLATE_QUANTIZE
 #define OSCAR_STORE_ABLATE_QUANTIZE 0
 #endif
+// The warpgroups' turns at the tensor pipe (store_kv_tc_kernel), on in every normal build; 0 lets
+// them issue their products at will, as before (timed by scripts/gpu/store-ablation).
+#ifndef OSCAR_STORE_TENSOR_TURNS
+#define OSCAR_STORE_TENSOR_TURNS 1
+#endif
 
 namespace oscar::kernels {
 namespace {
@@ -902,6 +907,12 @@ __device__ __forceinline__ void cp_async_8(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(shared_address(smem)), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
@@ -2184,7 +2195,19 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
 
   const int clip_k = int2q::clip_position<D>(clip);
   const bool thread_path = clip_k >= 0 && int2r::top_length(D - 1 - clip_k) > 0;
-  for (std::int64_t lead = lead_tile; lead < tiles; lead += tile_step) {
+  // Turns at the tensor pipe (warpgroup MMA): warpgroup g starts a tile's products only once
+  // warpgroup g - 1 has issued its own for the same step (warpgroup 0 waits for the last one's
+  // previous step), through a ring of named barriers 1 .. kGroups, each met by 256 threads: the
+  // warpgroup handing the turn on arrives, the one taking it waits. Left to themselves the
+  // warpgroups reach their products together and the pipe interleaves them, so each waits for
+  // about all of them; in turns the pipe takes one warpgroup's products at a time while the
+  // others quantize (32768 tokens x 8 heads on an H200: into INT2 102 -> 96-99 us, into BF16
+  // 96-99 -> 84-86 us).
+  constexpr int kGroups = kStoreTcWarps / 4;
+  constexpr bool kTurns = kCoreLayout && OSCAR_STORE_TENSOR_TURNS;
+  const int group = warp >> 2;
+  int step = 0;  // steps < tiles / 16
+  for (std::int64_t lead = lead_tile; lead < tiles; lead += tile_step, ++step) {
     const std::int64_t tile = lead + (first_tile - lead_tile);
     if (!kCoreLayout && tile >= tiles) break;
     const std::int64_t token0 = tile * kStoreTcTokens;
@@ -2209,6 +2232,8 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
       constexpr unsigned kCoreBytes = 128, kNStride = (D / 8) * kCoreBytes;
       const std::uint64_t desc_hi = wgmma_descriptor(r_hi, kCoreBytes, kNStride);
       const std::uint64_t desc_lo = wgmma_descriptor(r_lo, kCoreBytes, kNStride);
+      if (kTurns && (group > 0 || step > 0))
+        named_barrier_sync(1 + (group + kGroups - 1) % kGroups, 256);
 #pragma unroll 1
       for (int half = 0; half < 2; ++half) {
         std::uint32_t a[D / 16][4];
@@ -2236,6 +2261,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
 #endif
         }
         wgmma_commit();
+        if (kTurns && half == 1) named_barrier_arrive(1 + group, 256);
         wgmma_wait_all();
 #pragma unroll
         for (int e = 0; e < D / 2; ++e) register_fence(acc[e]);
@@ -2393,6 +2419,18 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
       __syncwarp();  // the buffer is read
       store_tc_copy_tile<D>(p, src, head, next_tile, tile_rows, tile_slots);
     }
+  }
+  if constexpr (kTurns) {
+    // Every turn handed on is taken: a warpgroup with fewer steps than the one before it takes
+    // the turns it did not wait for (warpgroup 0 never waits at its first step).
+    const auto steps_of = [&](int g) -> std::int64_t {
+      const std::int64_t lead = static_cast<std::int64_t>(4 * g) * gridDim.x + blockIdx.x;
+      return lead < tiles ? (tiles - lead + tile_step - 1) / tile_step : 0;
+    };
+    const std::int64_t waited = group == 0 ? (step > 0 ? step - 1 : 0) : step;
+    const std::int64_t handed = steps_of((group + kGroups - 1) % kGroups);
+    for (std::int64_t i = waited; i < handed; ++i)
+      named_barrier_sync(1 + (group + kGroups - 1) % kGroups, 256);
   }
 }
 

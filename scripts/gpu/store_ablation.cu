@@ -15,18 +15,10 @@
 #include <random>
 #include <vector>
 
+#include "gpu_timing.cuh"
 #include "oscar/kernels/int2_cache.h"
 
 using namespace oscar::kernels;
-
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
 static std::uint16_t to_bf16(float f) {
   std::uint32_t u;
@@ -49,25 +41,6 @@ static std::uint64_t hash_dev(const void* p, std::size_t bytes) {
   std::uint64_t x = 1469598103934665603ull;
   for (unsigned char c : h) x = (x ^ c) * 1099511628211ull;
   return x;
-}
-
-template <class F>
-static double time_us(F f, int iters) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0f);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
 }
 
 int main(int argc, char** argv) {
@@ -144,18 +117,7 @@ int main(int argc, char** argv) {
   }
   p.prepared = prepared;
 
-  // Copy bandwidth of the card (256 MiB device to device, read + write), measured in each run.
-  double copy_gbs = 0.0;
-  {
-    void *a = nullptr, *b = nullptr;
-    const std::size_t bytes = 256u << 20;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    const double t = time_us([&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }, 20);
-    copy_gbs = 2.0 * bytes / (t * 1e3);
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-  }
+  const double copy_gbs = copy_bandwidth_gbs();
   const double in_bytes = 2.0 * rows * d * 2, out_int2 = 2.0 * rows * (d / 4 + 4);
   for (float vclip_ratio : {0.96f, 0.92f}) {
     std::vector<float> kcv(hkv, 0.96f), vcv(hkv, vclip_ratio);
@@ -174,8 +136,8 @@ int main(int argc, char** argv) {
     const std::uint64_t h = hash_dev(kc, rows * d / 4) ^ (hash_dev(vc, rows * d / 4) * 3) ^
                             (hash_dev(ksz, rows * 4) * 5) ^ (hash_dev(vsz, rows * 4) * 7) ^
                             (hash_dev(kb, rows * d * 2) * 11);
-    const double t_int2 = time_us([&] { store_kv(to_int2); }, iters);
-    const double t_bf16 = time_us([&] { store_kv(to_bf16); }, iters);
+    const double t_int2 = median_us([&] { store_kv(to_int2); }, iters);
+    const double t_bf16 = median_us([&] { store_kv(to_bf16); }, iters);
     const double gbs = (in_bytes + out_int2) / (t_int2 * 1e3);
     std::printf(
         "%-12s clip K 0.96 V %.2f: into INT2 %6.1f us, %5.0f GB/s (%2.0f%% of copy); into BF16 "
