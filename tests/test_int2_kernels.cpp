@@ -229,7 +229,7 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
   // A partial tile, enough 32-token tiles that the tensor-core path's warps take one or two each,
   // and (where that path runs, d 64 and 128) enough that at d 128 the warpgroups of a block take
   // one or two turns at the tensor pipe, not all as many (132 multiprocessors).
-  for (const int tokens : {2 * ps + 3, 9001, d != 256 ? 24001 : 0}) {
+  for (const int tokens : {1, 2 * ps + 3, 9001, d != 256 ? 24001 : 0}) {
     if (tokens == 0) continue;
     SCOPED_TRACE(::testing::Message() << tokens << " tokens");
     auto k = random_rows(static_cast<std::int64_t>(tokens) * heads, d, rng);
@@ -315,7 +315,20 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
         const auto got_kb = kb.download(), got_vb = vb.download();
         const auto got_kc = kcodes.download(), got_vc = vcodes.download();
         const auto got_ksz = ksz.download(), got_vsz = vsz.download();
-        if (path != StoreKvPath::kFloat32) {
+        if (path == StoreKvPath::kFloat32) {
+          // The column path (a decode step's few BF16 rows; BF16 only) does the float32 path's
+          // arithmetic over column slices: the same bits, at every token count.
+          DeviceBuffer<std::uint16_t> kb3(pool_rows * d), vb3(pool_rows * d);
+          StoreKvParams c = p;
+          c.path = StoreKvPath::kFloat32Columns;
+          c.int2_slot = nullptr;
+          c.k_bf16 = kb3.ptr;
+          c.v_bf16 = vb3.ptr;
+          ASSERT_EQ(store_kv(c), Status::kOk) << last_error_message();
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          EXPECT_EQ(kb3.download(), got_kb) << "column path, keys";
+          EXPECT_EQ(vb3.download(), got_vb) << "column path, values";
+        } else {
           // The same store with the rotation prepared once gives the same bits: the blocks copy
           // in what they would have built.
           const std::size_t prepared_bytes = store_kv_prepared_bytes(heads, d);
@@ -721,6 +734,21 @@ TEST(Int2Kernels, RejectBadArguments) {
     t.v_rotation = rotation;
     t.path = static_cast<StoreKvPath>(7);
     EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
+    {
+      // The column path stores BF16 rows only.
+      static std::int64_t slot[1];
+      static float clip[1];
+      StoreKvParams c = t;
+      c.path = StoreKvPath::kFloat32Columns;
+      c.int2_slot = slot;
+      c.k_codes = c.v_codes = bytes;
+      c.k_scale_zero = c.v_scale_zero = reinterpret_cast<bf16_bits*>(bytes);
+      c.k_clip = c.v_clip = clip;
+      EXPECT_EQ(store_kv(c), Status::kUnsupported);
+      EXPECT_NE(std::string(last_error_message()).find("BF16 rows only"), std::string::npos);
+      c.int2_slot = nullptr;
+      EXPECT_EQ(store_kv(c), Status::kOk);  // nothing to store
+    }
     t.path = StoreKvPath::kTensorCore;
     t.prepared = bytes + 8;
     EXPECT_EQ(store_kv(t), Status::kInvalidArgument);

@@ -479,49 +479,59 @@ int main(int argc, char** argv) {
     // Smaller stores (a decode step writes one token per sequence, a prefill chunk thousands):
     // the latency floor of each path and where one overtakes the other (StoreKvPath::kAuto's
     // choice rests on it).
-    if (d != 256) {
+    {
+      // Columns of the table: a path, with or without the prepared rotation (head_dim 256 has no
+      // tensor-core path and so no prepared rotation).
+      struct SweepColumn {
+        StoreKvPath path;
+        bool prepared;
+        const char* title;
+        const char* key;
+      };
+      std::vector<SweepColumn> columns = {{StoreKvPath::kFloat32, false, "float32", "float32"}};
+      if (d != 256) {
+        columns.insert(columns.end(),
+                       {{StoreKvPath::kTensorCoreSync, false, "mma.sync", "mma_sync"},
+                        {StoreKvPath::kTensorCore, false, "tensor cores", "tensor_core"},
+                        {StoreKvPath::kAuto, false, "auto", "auto"},
+                        {StoreKvPath::kTensorCoreSync, true, "prep. mma.sync", "prepared_mma_sync"},
+                        {StoreKvPath::kTensorCore, true, "prep. tensor c.", "prepared_tensor_core"},
+                        {StoreKvPath::kAuto, true, "prep. auto", "prepared_auto"}});
+      } else {
+        columns.push_back({StoreKvPath::kAuto, false, "auto", "auto"});
+      }
       fmt::print(
-          "store time by token count (us; INT2 / BF16 destination; the last three with the "
-          "rotation prepared once)\n{:>8} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15} {:>15}\n",
-          "tokens", "float32", "mma.sync", "tensor cores", "auto", "prep. mma.sync",
-          "prep. tensor c.", "prep. auto");
-      for (const int n : {1, 32, 128, 512, 1024, 2048, 8192, 32768}) {
-        std::vector<double> us;
-        for (int column = 0; column < 7; ++column) {
-          constexpr StoreKvPath kPaths[] = {
-              StoreKvPath::kFloat32, StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
-              StoreKvPath::kAuto,    StoreKvPath::kTensorCoreSync, StoreKvPath::kTensorCore,
-              StoreKvPath::kAuto};
+          "store time by token count (us; INT2 / BF16 destination; \"prep.\": the rotation "
+          "prepared once; columns: the column path, BF16 only)\n{:>8}",
+          "tokens");
+      for (const SweepColumn& column : columns) fmt::print(" {:>15}", column.title);
+      fmt::print(" {:>8}\n", "columns");
+      for (const int n : {1, 8, 32, 64, 128, 512, 1024, 2048, 8192, 32768}) {
+        nlohmann::json entry = {{"tokens", n}};
+        fmt::print("{:>8}", n);
+        for (const SweepColumn& column : columns) {
           StoreKvParams to_int2 = p, to_bf16 = p;
           to_int2.num_tokens = to_bf16.num_tokens = n;
-          to_int2.path = to_bf16.path = kPaths[column];
-          if (column >= 4) to_int2.prepared = to_bf16.prepared = prepared.ptr;
+          to_int2.path = to_bf16.path = column.path;
+          if (column.prepared) to_int2.prepared = to_bf16.prepared = prepared.ptr;
           to_int2.int2_slot = slots.as<std::int64_t>();
           to_bf16.bf16_slot = slots.as<std::int64_t>();
           if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) die("store_kv");
-          us.push_back(time_us([&] { store_kv(to_int2); }, o.iters));
-          us.push_back(time_us([&] { store_kv(to_bf16); }, o.iters));
+          const double int2_us = time_us([&] { store_kv(to_int2); }, o.iters);
+          const double bf16_us = time_us([&] { store_kv(to_bf16); }, o.iters);
+          fmt::print(" {:>6.1f} / {:<6.1f}", int2_us, bf16_us);
+          entry[fmt::format("{}_int2_us", column.key)] = int2_us;
+          entry[fmt::format("{}_bf16_us", column.key)] = bf16_us;
         }
-        fmt::print("{:>8}", n);
-        for (std::size_t i = 0; i < us.size(); i += 2) {
-          fmt::print(" {:>6.1f} / {:<6.1f}", us[i], us[i + 1]);
-        }
-        fmt::print("\n");
-        store_sweep.push_back({{"tokens", n},
-                               {"float32_int2_us", us[0]},
-                               {"float32_bf16_us", us[1]},
-                               {"mma_sync_int2_us", us[2]},
-                               {"mma_sync_bf16_us", us[3]},
-                               {"tensor_core_int2_us", us[4]},
-                               {"tensor_core_bf16_us", us[5]},
-                               {"auto_int2_us", us[6]},
-                               {"auto_bf16_us", us[7]},
-                               {"prepared_mma_sync_int2_us", us[8]},
-                               {"prepared_mma_sync_bf16_us", us[9]},
-                               {"prepared_tensor_core_int2_us", us[10]},
-                               {"prepared_tensor_core_bf16_us", us[11]},
-                               {"prepared_auto_int2_us", us[12]},
-                               {"prepared_auto_bf16_us", us[13]}});
+        StoreKvParams by_columns = p;
+        by_columns.num_tokens = n;
+        by_columns.path = StoreKvPath::kFloat32Columns;
+        by_columns.bf16_slot = slots.as<std::int64_t>();
+        if (store_kv(by_columns) != Status::kOk) die("store_kv");
+        const double columns_us = time_us([&] { store_kv(by_columns); }, o.iters);
+        fmt::print(" {:>8.1f}\n", columns_us);
+        entry["columns_bf16_us"] = columns_us;
+        store_sweep.push_back(entry);
       }
     }
   }

@@ -56,10 +56,13 @@ bool is_aligned(const void* ptr, std::uintptr_t to) {
 }
 
 // The pool row of a store's slot (slot = page * page_size + offset; pages hold every KV head's
-// page_size rows side by side), or -1 for a skipped slot (-1).
+// page_size rows side by side), or -1 for a skipped slot (-1). page_size is 8 or 16 (store_kv
+// checks): shifts and a mask, where a division of 64-bit slots is a long subroutine.
 __device__ __forceinline__ std::int64_t slot_pool_row(std::int64_t slot, int page_size,
                                                       int num_kv_heads, int head) {
-  return slot >= 0 ? (slot / page_size * num_kv_heads + head) * page_size + slot % page_size : -1;
+  const int shift = page_size == 16 ? 4 : 3;
+  return slot >= 0 ? (((slot >> shift) * num_kv_heads + head) << shift) + (slot & (page_size - 1))
+                   : -1;
 }
 
 template <typename T>
@@ -155,6 +158,114 @@ __global__ void __launch_bounds__(kStoreThreads) store_kv_kernel(StoreKvParams p
                            (is_key ? p.k_codes : p.v_codes) + row_index * (D / 4),
                            (is_key ? p.k_scale_zero : p.v_scale_zero) + row_index * 2);
     }
+  }
+}
+
+// A store of few BF16 rows (a decode step's: one token per sequence into the recent window), the
+// float32 path's arithmetic split over columns. Block (column slice, token tile) of one (KV head, K
+// or V): 16 output columns for up to 32 tokens (16 at d 256: static shared memory), from R's 16
+// columns (D x 16 float32, 4-16 KB)
+// instead of the whole of R per block, so that a one-token store spreads over D / 16 x Hkv x 2
+// blocks (128 at d 128 with 8 KV heads) where the float32 path runs 2 x Hkv blocks that each read
+// 64 KB. Every output is the float32 path's: (x - mean) / smooth, then one chain of fused
+// multiply-adds over i = 0 .. d-1, rounded to bf16: the same bits.
+constexpr int kColumnStoreThreads = 128;
+constexpr int kColumnStoreColumns = 16;
+template <int D>
+__host__ __device__ constexpr int column_store_tokens() {
+  return D == 256 ? 16 : 32;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kColumnStoreThreads) store_kv_columns_kernel(StoreKvParams p) {
+  constexpr int kSlices = D / kColumnStoreColumns;
+  constexpr int kColumnStoreTokens = column_store_tokens<D>();
+  constexpr int kGroups = kColumnStoreThreads / kColumnStoreColumns;  // tokens g, g + 8, ...
+  constexpr int kPerThread = kColumnStoreTokens / kGroups;
+  constexpr int kRowStride = D + 1;  // the two token groups a warp reads fall in different banks
+  static_assert(kPerThread * kGroups == kColumnStoreTokens, "column store tiling");
+  __shared__ float rotation[D * kColumnStoreColumns];      // R[i][j0 + c] at i * 16 + c
+  __shared__ float rows[kColumnStoreTokens * kRowStride];  // (x - mean) / smooth
+  const int slice = static_cast<int>(blockIdx.x % kSlices);
+  const std::int64_t token0 = static_cast<std::int64_t>(blockIdx.x / kSlices) * kColumnStoreTokens;
+  const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
+  const bool is_key = blockIdx.z == 0;
+  const int j0 = slice * kColumnStoreColumns;
+  const std::int64_t left = p.num_tokens - token0;
+  const int count = left < kColumnStoreTokens ? static_cast<int>(left) : kColumnStoreTokens;
+  const int c = static_cast<int>(threadIdx.x) % kColumnStoreColumns,
+            g = static_cast<int>(threadIdx.x) / kColumnStoreColumns;
+  // Every load is issued before the first is used: a loop of load-then-store waits for memory
+  // once per iteration (most of a one-token store, as in build_store_rotation).
+  std::int64_t slot[kPerThread];
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const int t = g + kGroups * u;
+    slot[u] = t < count ? __ldg(p.bf16_slot + token0 + t) : -1;
+  }
+  constexpr int kRotationLoads = D * kColumnStoreColumns / kColumnStoreThreads;
+  const float* rot =
+      (is_key ? p.k_rotation : p.v_rotation) + static_cast<std::int64_t>(head) * D * D + j0;
+  float r[kRotationLoads];
+#pragma unroll
+  for (int k = 0; k < kRotationLoads; ++k) {
+    const int idx = static_cast<int>(threadIdx.x) + k * kColumnStoreThreads;
+    r[k] = __ldg(rot + (idx / kColumnStoreColumns) * D + idx % kColumnStoreColumns);
+  }
+  // Thread e of the block loads elements e, e + 128, ... of the tile's rows in order: element
+  // (e + 128 k) % D of token (e + 128 k) / D, whose mean and smoothing repeat every D / 128 loads.
+  constexpr int kRowLoads = kColumnStoreTokens * D / kColumnStoreThreads;
+  constexpr int kElements = D > kColumnStoreThreads ? D / kColumnStoreThreads : 1;
+  const bf16_bits* src = is_key ? p.k : p.v;
+  const float* mean = is_key ? p.k_mean : p.v_mean;
+  const float* smooth = is_key ? p.k_smooth : nullptr;
+  bf16_bits x[kRowLoads];
+#pragma unroll
+  for (int k = 0; k < kRowLoads; ++k) {
+    const int idx = static_cast<int>(threadIdx.x) + k * kColumnStoreThreads;
+    const int t = idx / D, e = idx % D;
+    x[k] = t < count ? __ldg(src + ((token0 + t) * hkv + head) * D + e) : bf16_bits{0};
+  }
+  float m[kElements], s[kElements];
+#pragma unroll
+  for (int k = 0; k < kElements; ++k) {
+    const int e = (static_cast<int>(threadIdx.x) + k * kColumnStoreThreads) % D;
+    m[k] = mean != nullptr ? __ldg(mean + head * D + e) : 0.0f;
+    s[k] = smooth != nullptr ? __ldg(smooth + head * D + e) : 1.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kRotationLoads; ++k) {
+    rotation[static_cast<int>(threadIdx.x) + k * kColumnStoreThreads] = r[k];
+  }
+#pragma unroll
+  for (int k = 0; k < kRowLoads; ++k) {
+    const int idx = static_cast<int>(threadIdx.x) + k * kColumnStoreThreads;
+    const int t = idx / D, e = idx % D;
+    float v = 0.0f;
+    if (t < count) {
+      v = bf16_to_float(x[k]);
+      if (mean != nullptr) v = __fsub_rn(v, m[k % kElements]);
+      if (smooth != nullptr) v = __fdiv_rn(v, s[k % kElements]);
+    }
+    rows[t * kRowStride + e] = v;
+  }
+  __syncthreads();
+  float acc[kPerThread];
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) acc[u] = 0.0f;
+#pragma unroll 4
+  for (int i = 0; i < D; ++i) {
+    const float rij = rotation[i * kColumnStoreColumns + c];
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      acc[u] = fmaf(rows[(g + kGroups * u) * kRowStride + i], rij, acc[u]);
+    }
+  }
+  bf16_bits* pool = is_key ? p.k_bf16 : p.v_bf16;
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const std::int64_t row = slot_pool_row(slot[u], p.page_size, hkv, head);
+    if (row >= 0) pool[row * D + j0 + c] = float_to_bf16(acc[u]);
   }
 }
 
@@ -2503,6 +2614,23 @@ Status launch_store_kv_tc(const StoreKvParams& p) {
   return Status::kOk;
 }
 
+// Launches store_kv_columns_kernel<D>: D / 16 column slices for each token tile, per (KV head, K
+// or V).
+template <int D>
+Status launch_store_kv_columns(const StoreKvParams& p) {
+  constexpr std::int64_t kSlices = D / kColumnStoreColumns, kTokens = column_store_tokens<D>();
+  const std::int64_t tiles = (p.num_tokens + kTokens - 1) / kTokens;
+  if (tiles * kSlices > std::int64_t{0x7fffffff}) {
+    set_last_error("store_kv: %lld tokens are too many for the column path in one launch",
+                   static_cast<long long>(p.num_tokens));
+    return Status::kInvalidArgument;
+  }
+  const dim3 grid(static_cast<unsigned>(tiles * kSlices), static_cast<unsigned>(p.num_kv_heads), 2);
+  store_kv_columns_kernel<D><<<grid, kColumnStoreThreads, 0, p.stream>>>(p);
+  OSCAR_CUDA_CHECK(cudaGetLastError());
+  return Status::kOk;
+}
+
 bool is_device_pointer(const void* ptr) {
   if (ptr == nullptr) return false;
   cudaPointerAttributes attr{};
@@ -2531,7 +2659,7 @@ Status store_kv(const StoreKvParams& p) {
     return Status::kInvalidArgument;
   }
   if (static_cast<int>(p.path) < 0 ||
-      static_cast<int>(p.path) > static_cast<int>(StoreKvPath::kTensorCoreSync)) {
+      static_cast<int>(p.path) > static_cast<int>(StoreKvPath::kFloat32Columns)) {
     set_last_error("store_kv: unknown path %d", static_cast<int>(p.path));
     return Status::kInvalidArgument;
   }
@@ -2560,6 +2688,31 @@ Status store_kv(const StoreKvParams& p) {
     path = !tc     ? StoreKvPath::kFloat32
            : wgmma ? StoreKvPath::kTensorCore
                    : StoreKvPath::kTensorCoreSync;
+    // A few BF16 rows (a decode step's) go by columns unless the rotation is prepared for the
+    // tensor cores. On an H100, into BF16 (results page): d 128 without a prepared rotation one
+    // token 8.3 us against 13.5 (mma.sync), 64 tokens 10.2 against 14.0, 128 tokens 16.3 against
+    // 14.0; with one, 8.1 against 7.9 (warpgroup MMA); d 256 (float32 path otherwise) one token
+    // 11.3 against 44.2, 64 tokens 31.2 against 57.5.
+    if (p.int2_slot == nullptr && p.num_tokens <= kStoreColumnsMaxTokens &&
+        (path == StoreKvPath::kFloat32 || p.prepared == nullptr)) {
+      path = StoreKvPath::kFloat32Columns;
+    }
+  }
+  if (path == StoreKvPath::kFloat32Columns) {
+    if (p.int2_slot != nullptr) {
+      set_last_error(
+          "store_kv: the column path stores BF16 rows only (int2_slot must be null; use kAuto)");
+      return Status::kUnsupported;
+    }
+    if (p.num_tokens == 0 || p.bf16_slot == nullptr) return Status::kOk;
+    switch (p.head_dim) {
+      case 64:
+        return launch_store_kv_columns<64>(p);
+      case 128:
+        return launch_store_kv_columns<128>(p);
+      default:
+        return launch_store_kv_columns<256>(p);
+    }
   }
   if (path == StoreKvPath::kTensorCore || path == StoreKvPath::kTensorCoreSync) {
     if (p.head_dim == 256) {

@@ -44,15 +44,20 @@ using bf16_bits = std::uint16_t;
 // summation order, so a value may round to the neighbouring bf16) and quantizes one row per
 // thread; it needs 16-byte aligned K/V inputs, rotations and pools. On Hopper (a build with sm_90a
 // code) kTensorCore multiplies with the warpgroup MMA (wgmma), elsewhere with mma.sync;
-// kTensorCoreSync takes the mma.sync kernel on any device (for comparison and tests). kAuto: the
-// tensor-core kernels when head_dim, alignment and the device's shared memory allow (faster at
-// every token count measured, a decode step's few rows included), on Hopper the warpgroup MMA
-// with a prepared rotation (fastest at every token count) and without one from
+// kTensorCoreSync takes the mma.sync kernel on any device (for comparison and tests).
+// kFloat32Columns stores BF16 rows only (int2_slot null, else kUnsupported): kFloat32's arithmetic
+// and bits, spread over 16-column slices of each row so that a few rows (a decode step's, into the
+// recent window) run on many multiprocessors; any head_dim and pool alignment. kAuto: for BF16-only
+// stores of up to kStoreColumnsMaxTokens tokens the column path, unless a prepared rotation lets
+// the warpgroup MMA serve them (as fast); otherwise the tensor-core kernels when head_dim,
+// alignment and the device's shared memory allow (faster from a few dozen tokens on), on Hopper
+// the warpgroup MMA with a prepared rotation (fastest at every token count) and without one from
 // kStoreWgmmaMinTokens tokens (below, mma.sync measured a little faster); else kFloat32 (figures
 // on the results page). The INT2 rows are the exact quantization of the stored bf16 rows either
 // way.
-enum class StoreKvPath { kAuto, kFloat32, kTensorCore, kTensorCoreSync };
+enum class StoreKvPath { kAuto, kFloat32, kTensorCore, kTensorCoreSync, kFloat32Columns };
 constexpr std::int64_t kStoreWgmmaMinTokens = 1024;
+constexpr std::int64_t kStoreColumnsMaxTokens = 64;
 
 struct StoreKvParams {
   std::int64_t num_tokens = 0;
