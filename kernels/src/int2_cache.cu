@@ -2690,9 +2690,9 @@ Status store_kv(const StoreKvParams& p) {
                    : StoreKvPath::kTensorCoreSync;
     // A few BF16 rows (a decode step's) go by columns unless the rotation is prepared for the
     // tensor cores. On an H100, into BF16 (results page): d 128 without a prepared rotation one
-    // token 8.3 us against 13.5 (mma.sync), 64 tokens 10.2 against 14.0, 128 tokens 16.3 against
-    // 14.0; with one, 8.1 against 7.9 (warpgroup MMA); d 256 (float32 path otherwise) one token
-    // 11.3 against 44.2, 64 tokens 31.2 against 57.5.
+    // token 8.3 us against 13.3 (mma.sync), 64 tokens 10.1 against 14.0, 128 tokens 16.2 against
+    // 14.0; with one, 8.3 against 8.0 (warpgroup MMA); d 256 (float32 path otherwise) one token
+    // 11.3 against 44.2, 64 tokens 31.3 against 57.5.
     if (p.int2_slot == nullptr && p.num_tokens <= kStoreColumnsMaxTokens &&
         (path == StoreKvPath::kFloat32 || p.prepared == nullptr)) {
       path = StoreKvPath::kFloat32Columns;
