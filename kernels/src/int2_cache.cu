@@ -163,12 +163,11 @@ __global__ void __launch_bounds__(kStoreThreads) store_kv_kernel(StoreKvParams p
 
 // A store of few BF16 rows (a decode step's: one token per sequence into the recent window), the
 // float32 path's arithmetic split over columns. Block (column slice, token tile) of one (KV head, K
-// or V): 16 output columns for up to 32 tokens (16 at d 256: static shared memory), from R's 16
-// columns (D x 16 float32, 4-16 KB)
-// instead of the whole of R per block, so that a one-token store spreads over D / 16 x Hkv x 2
-// blocks (128 at d 128 with 8 KV heads) where the float32 path runs 2 x Hkv blocks that each read
-// 64 KB. Every output is the float32 path's: (x - mean) / smooth, then one chain of fused
-// multiply-adds over i = 0 .. d-1, rounded to bf16: the same bits.
+// or V): 16 output columns for up to 32 tokens (16 at d 256, for static shared memory), from R's
+// 16 columns (D x 16 float32, 4-16 KB) instead of all of R, so that a one-token store spreads over
+// D / 16 x Hkv x 2 blocks (128 at d 128 with 8 KV heads) where the float32 path runs 2 x Hkv blocks
+// that each read all of R (64 KB at d 128). Every output is the float32 path's: (x - mean) /
+// smooth, then one chain of fused multiply-adds over i = 0 .. d-1, rounded to bf16: the same bits.
 constexpr int kColumnStoreThreads = 128;
 constexpr int kColumnStoreColumns = 16;
 template <int D>
