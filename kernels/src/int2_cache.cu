@@ -65,6 +65,16 @@ __device__ __forceinline__ std::int64_t slot_pool_row(std::int64_t slot, int pag
                    : -1;
 }
 
+// A row element as the float32 store paths rotate it, (x - mean) / smooth with either step left
+// out when its vector is absent: the column path gives the float32 path's bits because both
+// compute it here.
+__device__ __forceinline__ float centred_smoothed(float x, bool centre, float mean, bool smooth,
+                                                  float scale) {
+  if (centre) x = __fsub_rn(x, mean);
+  if (smooth) x = __fdiv_rn(x, scale);
+  return x;
+}
+
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
@@ -108,9 +118,9 @@ __global__ void __launch_bounds__(kStoreThreads) store_kv_kernel(StoreKvParams p
     const int t = idx / D, e = idx % D;
     float x = 0.0f;
     if (t < count) {
-      x = bf16_to_float(src[((token0 + t) * hkv + head) * D + e]);
-      if (mean != nullptr) x = __fsub_rn(x, mean[head * D + e]);
-      if (smooth != nullptr) x = __fdiv_rn(x, smooth[head * D + e]);
+      x = centred_smoothed(bf16_to_float(src[((token0 + t) * hkv + head) * D + e]), mean != nullptr,
+                           mean != nullptr ? mean[head * D + e] : 0.0f, smooth != nullptr,
+                           smooth != nullptr ? smooth[head * D + e] : 1.0f);
     }
     stage[e * kStride + t] = x;
   }
@@ -240,13 +250,10 @@ __global__ void __launch_bounds__(kColumnStoreThreads) store_kv_columns_kernel(S
   for (int k = 0; k < kRowLoads; ++k) {
     const int idx = static_cast<int>(threadIdx.x) + k * kColumnStoreThreads;
     const int t = idx / D, e = idx % D;
-    float v = 0.0f;
-    if (t < count) {
-      v = bf16_to_float(x[k]);
-      if (mean != nullptr) v = __fsub_rn(v, m[k % kElements]);
-      if (smooth != nullptr) v = __fdiv_rn(v, s[k % kElements]);
-    }
-    rows[t * kRowStride + e] = v;
+    rows[t * kRowStride + e] =
+        t < count ? centred_smoothed(bf16_to_float(x[k]), mean != nullptr, m[k % kElements],
+                                     smooth != nullptr, s[k % kElements])
+                  : 0.0f;
   }
   __syncthreads();
   float acc[kPerThread];
