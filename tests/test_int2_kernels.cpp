@@ -397,6 +397,175 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
     }
   }
 }
+// A side whose rotation is null arrives rotated (R folded into the projection that produced it):
+// its rows go to their BF16 slots unchanged and into their INT2 slots as the reference quantizes
+// them, whichever path the rotated side takes (small stores on the tensor cores take it along in
+// the same launch, large ones in a kernel of its own); the rotated side is stored bit for bit as a
+// store with both rotations stores it. Destinations: both slots, BF16 only (the copy), INT2 only.
+TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const auto [d, ps] = GetParam();
+  const int heads = 2;
+  std::mt19937 rng(static_cast<unsigned>(3 * d + ps));
+  // 1 to 2 ps + 3 tokens on the tensor cores: taken along in their launch, the warp quantizing the
+  // rows one by one; otherwise (and 9001 tokens) the rows kernel, a row per thread.
+  for (const int tokens : {1, 7, 2 * ps + 3, 9001}) {
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    const auto rows = static_cast<std::int64_t>(tokens) * heads;
+    auto k = random_rows(rows, d, rng);
+    auto v = random_rows(rows, d, rng);
+    // Rows the one-row-per-thread quantizer declines (scales below its domain), as above.
+    for (int t = 3; t < tokens; t += 29) {
+      for (auto* x : {&k, &v}) {
+        auto row = x->begin() + static_cast<std::ptrdiff_t>(t) * heads * d;
+        std::transform(row, row + heads * d, row, [](float e) { return std::ldexp(e, -100); });
+      }
+    }
+    const std::vector<float> rk = random_rotation(heads, d, rng),
+                             rv = random_rotation(heads, d, rng);
+    const int pool_pages = (tokens + 5 + ps - 1) / ps;
+    const std::size_t pool_rows = static_cast<std::size_t>(pool_pages) * heads * ps;
+    std::vector<std::int64_t> bslot(tokens), islot(tokens);
+    for (int t = 0; t < tokens; ++t) {
+      bslot[t] = tokens - 1 - t;
+      islot[t] = t + 5;
+    }
+    // Head 1's clip keeps 25% out of the top list's reach at d 128 and 256: the warp quantizes it.
+    const std::vector<float> clips = {0.96f, 0.75f};
+    const std::vector<std::uint16_t> k_bits = to_bits(k), v_bits = to_bits(v);
+    DeviceBuffer<std::uint16_t> kd(k_bits), vd(v_bits);
+    DeviceBuffer<float> rkd(rk), rvd(rv), kc(clips), vc(clips);
+    DeviceBuffer<std::int64_t> bs(bslot), is(islot);
+
+    struct Pools {
+      std::vector<std::uint16_t> bf16[2], scale_zero[2];
+      std::vector<std::uint8_t> codes[2];
+    };
+    // What a side that arrives rotated must hold afterwards, per destination.
+    const auto expected_side = [&](const std::vector<float>& x, bool to_bf16, bool to_int2,
+                                   std::vector<std::uint16_t>& bf16,
+                                   std::vector<std::uint8_t>& codes,
+                                   std::vector<std::uint16_t>& scale_zero) {
+      bf16.assign(pool_rows * d, 0);
+      codes.assign(pool_rows * d / 4, 0);
+      scale_zero.assign(pool_rows * 2, 0);
+      for (int t = 0; t < tokens; ++t) {
+        for (int h = 0; h < heads; ++h) {
+          const float* row = &x[(static_cast<std::size_t>(t) * heads + h) * d];
+          const std::int64_t b = bslot[t], s = islot[t];
+          const std::size_t brow = (static_cast<std::size_t>(b / ps) * heads + h) * ps + b % ps;
+          const std::size_t irow = (static_cast<std::size_t>(s / ps) * heads + h) * ps + s % ps;
+          if (to_bf16) {
+            for (int e = 0; e < d; ++e) bf16[brow * d + e] = ref::to_bf16_bits(row[e]);
+          }
+          if (to_int2) {
+            ref::quantize_cache_row(row, d, clips[h], &codes[irow * d / 4], &scale_zero[irow * 2]);
+          }
+        }
+      }
+    };
+    const auto run = [&](StoreKvParams p, Pools& out) {
+      DeviceBuffer<std::uint16_t> kb(pool_rows * d), vb(pool_rows * d), ksz(pool_rows * 2),
+          vsz(pool_rows * 2);
+      DeviceBuffer<std::uint8_t> kcodes(pool_rows * d / 4), vcodes(pool_rows * d / 4);
+      p.k_bf16 = kb.ptr;
+      p.v_bf16 = vb.ptr;
+      p.k_codes = kcodes.ptr;
+      p.v_codes = vcodes.ptr;
+      p.k_scale_zero = ksz.ptr;
+      p.v_scale_zero = vsz.ptr;
+      ASSERT_EQ(store_kv(p), Status::kOk) << last_error_message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      out.bf16[0] = kb.download();
+      out.bf16[1] = vb.download();
+      out.codes[0] = kcodes.download();
+      out.codes[1] = vcodes.download();
+      out.scale_zero[0] = ksz.download();
+      out.scale_zero[1] = vsz.download();
+    };
+
+    // The store of k and v rows (no rotations, no slots yet).
+    const auto store_of = [&](const std::uint16_t* k_rows, const std::uint16_t* v_rows) {
+      StoreKvParams p;
+      p.num_tokens = tokens;
+      p.num_kv_heads = heads;
+      p.head_dim = d;
+      p.page_size = ps;
+      p.k = k_rows;
+      p.v = v_rows;
+      p.k_clip = kc.ptr;
+      p.v_clip = vc.ptr;
+      return p;
+    };
+    std::vector<StoreKvPath> paths = {StoreKvPath::kAuto, StoreKvPath::kFloat32};
+    if (d != 256) paths.push_back(StoreKvPath::kTensorCore);
+    for (const StoreKvPath path : paths) {
+      for (const int destination : {0, 1, 2}) {  // both slots, BF16 only, INT2 only
+        SCOPED_TRACE(::testing::Message()
+                     << "path " << static_cast<int>(path) << ", destination " << destination);
+        const bool to_bf16 = destination != 2, to_int2 = destination != 1;
+        StoreKvParams p = store_of(kd.ptr, vd.ptr);
+        p.k_rotation = rkd.ptr;
+        p.v_rotation = rvd.ptr;
+        p.path = path;
+        p.bf16_slot = to_bf16 ? bs.ptr : nullptr;
+        p.int2_slot = to_int2 ? is.ptr : nullptr;
+        Pools full;
+        ASSERT_NO_FATAL_FAILURE(run(p, full));
+        for (const int arriving : {0, 1, 2}) {  // keys, values, both arrive rotated
+          SCOPED_TRACE(::testing::Message() << "arriving rotated: " << arriving);
+          StoreKvParams q = p;
+          if (arriving != 1) q.k_rotation = nullptr;
+          if (arriving != 0) q.v_rotation = nullptr;
+          // On the tensor cores also with the rotation prepared for the rotated side only.
+          const std::size_t prepared_bytes = store_kv_prepared_bytes(heads, d);
+          DeviceBuffer<std::uint8_t> prepared(std::max<std::size_t>(1, prepared_bytes));
+          for (const bool with_prepared : {false, true}) {
+            if (with_prepared && (path != StoreKvPath::kTensorCore || prepared_bytes == 0))
+              continue;
+            SCOPED_TRACE(with_prepared ? "rotation prepared" : "rotation not prepared");
+            StoreKvParams r = q;
+            if (with_prepared) {
+              ASSERT_EQ(prepare_store_kv(q, prepared.ptr), Status::kOk) << last_error_message();
+              r.prepared = prepared.ptr;
+            }
+            Pools got;
+            ASSERT_NO_FATAL_FAILURE(run(r, got));
+            for (int side = 0; side < 2; ++side) {
+              const bool as_given = arriving == 2 || arriving == side;
+              Pools want = full;
+              if (as_given) {
+                expected_side(side == 0 ? k : v, to_bf16, to_int2, want.bf16[side],
+                              want.codes[side], want.scale_zero[side]);
+              }
+              EXPECT_EQ(got.bf16[side], want.bf16[side]) << "side " << side << " BF16 rows";
+              EXPECT_EQ(got.codes[side], want.codes[side]) << "side " << side << " INT2 codes";
+              EXPECT_EQ(got.scale_zero[side], want.scale_zero[side])
+                  << "side " << side << " scales";
+            }
+          }
+        }
+      }
+    }
+    // Inputs not 16-byte aligned (one element in): the warp takes every row, same bits.
+    std::vector<std::uint16_t> k_shifted(k_bits.size() + 1), v_shifted(v_bits.size() + 1);
+    std::copy(k_bits.begin(), k_bits.end(), k_shifted.begin() + 1);
+    std::copy(v_bits.begin(), v_bits.end(), v_shifted.begin() + 1);
+    DeviceBuffer<std::uint16_t> kd1(k_shifted), vd1(v_shifted);
+    StoreKvParams p = store_of(kd1.ptr + 1, vd1.ptr + 1);
+    p.bf16_slot = bs.ptr;
+    p.int2_slot = is.ptr;
+    Pools got, want;
+    ASSERT_NO_FATAL_FAILURE(run(p, got));
+    for (int side = 0; side < 2; ++side) {
+      expected_side(side == 0 ? k : v, true, true, want.bf16[side], want.codes[side],
+                    want.scale_zero[side]);
+      EXPECT_EQ(got.bf16[side], want.bf16[side]) << "unaligned, side " << side;
+      EXPECT_EQ(got.codes[side], want.codes[side]) << "unaligned, side " << side;
+      EXPECT_EQ(got.scale_zero[side], want.scale_zero[side]) << "unaligned, side " << side;
+    }
+  }
+}
 INSTANTIATE_TEST_SUITE_P(Shapes, Int2Store,
                          ::testing::Values(Shape{64, 8}, Shape{64, 16}, Shape{128, 8},
                                            Shape{128, 16}, Shape{256, 8}, Shape{256, 16}));
@@ -754,6 +923,26 @@ TEST(Int2Kernels, RejectBadArguments) {
     EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
     EXPECT_NE(std::string(last_error_message()).find("prepared"), std::string::npos);
     t.prepared = nullptr;
+    {
+      // A side without a rotation arrives rotated, so it must arrive centred (and smoothed) too.
+      alignas(16) static float mean[128];
+      StoreKvParams r = t;
+      r.v_rotation = nullptr;
+      EXPECT_EQ(store_kv(r), Status::kOk);  // nothing to store
+      r.v_mean = mean;
+      EXPECT_EQ(store_kv(r), Status::kInvalidArgument);
+      EXPECT_NE(std::string(last_error_message()).find("v_mean given without v_rotation"),
+                std::string::npos);
+      r.v_mean = nullptr;
+      r.k_rotation = nullptr;
+      r.k_smooth = mean;
+      EXPECT_EQ(store_kv(r), Status::kInvalidArgument);
+      EXPECT_NE(std::string(last_error_message()).find("k_smooth given without k_rotation"),
+                std::string::npos);
+      r.k_smooth = nullptr;
+      EXPECT_EQ(store_kv(r), Status::kOk);
+      EXPECT_EQ(prepare_store_kv(r, bytes), Status::kOk);  // nothing to prepare
+    }
     // The prepared rotation: sizes, and refusals before anything is launched.
     EXPECT_EQ(store_kv_prepared_bytes(8, 128), std::size_t{2} * 8 * (4 * 128 * 128 + 4 * 128));
     EXPECT_EQ(store_kv_prepared_bytes(8, 256), 0u);

@@ -430,10 +430,15 @@ int main(int argc, char** argv) {
     // engine stores with it (PagedInt2Attention prepares one per layer).
     Buffer prepared(store_kv_prepared_bytes(hkv, d));
     if (d != 256 && prepare_store_kv(p, prepared.ptr) != Status::kOk) die("prepare_store_kv");
+    // Then the sides that arrive rotated (StoreKvParams' rotation null): the values, as from an
+    // engine that folds R_V into v_proj, and both sides (the quantize-and-pack alone).
+    enum class Arriving { kNone, kValues, kBoth };
     struct StoreRun {
       StoreKvPath path;
       bool prepared;
       const char* name;
+      Arriving arriving = Arriving::kNone;
+      bool headline = false;
     };
     std::vector<StoreRun> runs = {{StoreKvPath::kFloat32, false, "float32"}};
     if (d != 256) {
@@ -441,13 +446,31 @@ int main(int argc, char** argv) {
                   {{StoreKvPath::kTensorCoreSync, false, "tensor cores (mma.sync)"},
                    {StoreKvPath::kTensorCore, false, "tensor cores"},
                    {StoreKvPath::kTensorCore, true, "tensor cores, rotation prepared"}});
-      runs.push_back({StoreKvPath::kAuto, true, "the default path, rotation prepared"});
+      runs.push_back(
+          {StoreKvPath::kAuto, true, "the default path, rotation prepared", Arriving::kNone, true});
+      runs.push_back({StoreKvPath::kAuto, true,
+                      "keys on the default path, prepared; values arrive rotated",
+                      Arriving::kValues});
+    } else {
+      runs.back().headline = true;
+      runs.push_back({StoreKvPath::kAuto, false, "keys on the default path; values arrive rotated",
+                      Arriving::kValues});
     }
+    runs.push_back(
+        {StoreKvPath::kAuto, false, "none, keys and values arrive rotated", Arriving::kBoth});
     fmt::print("\n");
     for (const StoreRun& run : runs) {
       StoreKvParams to_int2 = p, to_bf16 = p;
       to_int2.path = to_bf16.path = run.path;
       if (run.prepared) to_int2.prepared = to_bf16.prepared = prepared.ptr;
+      if (run.arriving != Arriving::kNone) {
+        to_int2.v_rotation = to_bf16.v_rotation = nullptr;
+      }
+      if (run.arriving == Arriving::kBoth) {
+        to_int2.k_rotation = to_bf16.k_rotation = nullptr;
+        to_int2.k_mean = to_bf16.k_mean = nullptr;
+        to_int2.k_smooth = to_bf16.k_smooth = nullptr;
+      }
       to_int2.int2_slot = slots.as<std::int64_t>();
       to_bf16.bf16_slot = slots.as<std::int64_t>();
       if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) die("store_kv");
@@ -459,22 +482,26 @@ int main(int argc, char** argv) {
       const double bf16_gbs = 2.0 * in_bytes / (bf16_us * 1e3);
       // The default path as an engine runs it (the last: prepared where tensor cores serve the
       // head size) gives the headline.
-      if (&run == &runs.back()) {
+      if (run.headline) {
         store_int2_gbs = int2_gbs;
         store_bf16_gbs = bf16_gbs;
       }
       fmt::print(
-          "store (rotate d x d on {}, clip, quantize, pack) of {} tokens x {} heads: to INT2 "
+          "store (rotation: {}; clip, quantize, pack) of {} tokens x {} heads: to INT2 "
           "{:.1f} us, {:.0f} GB/s ({:.0f}% of copy), {:.1f} M rows/s; to BF16 {:.1f} us, {:.0f} "
           "GB/s\n",
           run.name, tokens, hkv, int2_us, int2_gbs, 100.0 * int2_gbs / copy_gbs,
           2.0 * static_cast<double>(rows) / int2_us, bf16_us, bf16_gbs);
-      stores.push_back({{"path", run.name},
-                        {"prepared", run.prepared},
-                        {"int2_us", int2_us},
-                        {"int2_gbs", int2_gbs},
-                        {"bf16_us", bf16_us},
-                        {"bf16_gbs", bf16_gbs}});
+      stores.push_back(
+          {{"path", run.name},
+           {"prepared", run.prepared},
+           {"arriving_rotated", run.arriving == Arriving::kNone     ? "none"
+                                : run.arriving == Arriving::kValues ? "values"
+                                                                    : "keys and values"},
+           {"int2_us", int2_us},
+           {"int2_gbs", int2_gbs},
+           {"bf16_us", bf16_us},
+           {"bf16_gbs", bf16_gbs}});
     }
     // Smaller stores (a decode step writes one token per sequence, a prefill chunk thousands):
     // the latency floor of each path and where one overtakes the other (StoreKvPath::kAuto's
@@ -487,22 +514,28 @@ int main(int argc, char** argv) {
         bool prepared;
         const char* title;
         const char* key;
+        bool values_arrive_rotated = false;  // v_rotation null (R_V folded into v_proj)
       };
       std::vector<SweepColumn> columns = {{StoreKvPath::kFloat32, false, "float32", "float32"}};
       if (d != 256) {
-        columns.insert(columns.end(),
-                       {{StoreKvPath::kTensorCoreSync, false, "mma.sync", "mma_sync"},
-                        {StoreKvPath::kTensorCore, false, "tensor cores", "tensor_core"},
-                        {StoreKvPath::kAuto, false, "auto", "auto"},
-                        {StoreKvPath::kTensorCoreSync, true, "prep. mma.sync", "prepared_mma_sync"},
-                        {StoreKvPath::kTensorCore, true, "prep. tensor c.", "prepared_tensor_core"},
-                        {StoreKvPath::kAuto, true, "prep. auto", "prepared_auto"}});
+        columns.insert(
+            columns.end(),
+            {{StoreKvPath::kTensorCoreSync, false, "mma.sync", "mma_sync"},
+             {StoreKvPath::kTensorCore, false, "tensor cores", "tensor_core"},
+             {StoreKvPath::kAuto, false, "auto", "auto"},
+             {StoreKvPath::kTensorCoreSync, true, "prep. mma.sync", "prepared_mma_sync"},
+             {StoreKvPath::kTensorCore, true, "prep. tensor c.", "prepared_tensor_core"},
+             {StoreKvPath::kAuto, true, "prep. auto", "prepared_auto"},
+             {StoreKvPath::kAuto, true, "prep. auto, V rot.", "prepared_auto_v_arriving", true}});
       } else {
-        columns.push_back({StoreKvPath::kAuto, false, "auto", "auto"});
+        columns.insert(columns.end(),
+                       {{StoreKvPath::kAuto, false, "auto", "auto"},
+                        {StoreKvPath::kAuto, false, "auto, V rot.", "auto_v_arriving", true}});
       }
       fmt::print(
           "store time by token count (us; INT2 / BF16 destination; \"prep.\": the rotation "
-          "prepared once; columns: the column path, BF16 only)\n{:>8}",
+          "prepared once; \"V rot.\": values arrive rotated; columns: the column path, BF16 "
+          "only)\n{:>8}",
           "tokens");
       for (const SweepColumn& column : columns) fmt::print(" {:>15}", column.title);
       fmt::print(" {:>8}\n", "columns");
@@ -514,6 +547,7 @@ int main(int argc, char** argv) {
           to_int2.num_tokens = to_bf16.num_tokens = n;
           to_int2.path = to_bf16.path = column.path;
           if (column.prepared) to_int2.prepared = to_bf16.prepared = prepared.ptr;
+          if (column.values_arrive_rotated) to_int2.v_rotation = to_bf16.v_rotation = nullptr;
           to_int2.int2_slot = slots.as<std::int64_t>();
           to_bf16.bf16_slot = slots.as<std::int64_t>();
           if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) die("store_kv");

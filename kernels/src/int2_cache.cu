@@ -65,6 +65,15 @@ __device__ __forceinline__ std::int64_t slot_pool_row(std::int64_t slot, int pag
                    : -1;
 }
 
+// Whether a store block works on keys. A grid over both sides (extent 2 in z, or y for the
+// preparation) has keys at index 0; a grid over one side serves the only side of its kind: the one
+// with a rotation for the rotating kernels, the one without (rows that arrive rotated) for
+// store_kv_rows_kernel.
+__device__ __forceinline__ bool store_side_is_key(const StoreKvParams& p, unsigned index,
+                                                  unsigned extent, bool rotating) {
+  return extent == 2 ? index == 0 : (p.k_rotation != nullptr) == rotating;
+}
+
 // A row element as the float32 store paths rotate it, (x - mean) / smooth with either step left
 // out when its vector is absent: the column path gives the float32 path's bits because both
 // compute it here.
@@ -106,7 +115,7 @@ __global__ void __launch_bounds__(kStoreThreads) store_kv_kernel(StoreKvParams p
   static_assert(kStoreThreads % D == 0 && kPerThread % 4 == 0, "store tiling");
   __shared__ __align__(16) float stage[D * kStride];  // [element][token], then [token][element]
   const int head = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bool is_key = blockIdx.z == 0;
+  const bool is_key = store_side_is_key(p, blockIdx.z, gridDim.z, true);
   const int hkv = p.num_kv_heads;
   const std::int64_t token0 = static_cast<std::int64_t>(blockIdx.x) * kStoreTokens;
   const std::int64_t left = p.num_tokens - token0;
@@ -198,7 +207,7 @@ __global__ void __launch_bounds__(kColumnStoreThreads) store_kv_columns_kernel(S
   const int slice = static_cast<int>(blockIdx.x % kSlices);
   const std::int64_t token0 = static_cast<std::int64_t>(blockIdx.x / kSlices) * kColumnStoreTokens;
   const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
-  const bool is_key = blockIdx.z == 0;
+  const bool is_key = store_side_is_key(p, blockIdx.z, gridDim.z, true);
   const int j0 = slice * kColumnStoreColumns;
   const std::int64_t left = p.num_tokens - token0;
   const int count = left < kColumnStoreTokens ? static_cast<int>(left) : kColumnStoreTokens;
@@ -2251,7 +2260,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32)
   __nv_bfloat16* const r_lo = r_hi + D * Layout::kPitch;
   float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);
   const int head = static_cast<int>(blockIdx.x);
-  const bool is_key = blockIdx.y == 0;
+  const bool is_key = store_side_is_key(p, blockIdx.y, gridDim.y, true);
   build_store_rotation<D, false>(p, head, is_key, r_hi, r_lo, bias, bias + D);
   auto* entry = static_cast<unsigned char*>(prepared) +
                 store_prepared_entry_offset(D, p.num_kv_heads, is_key, head);
@@ -2269,8 +2278,148 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32)
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// store_kv for a side whose rows arrive already rotated (its rotation null: R, and the mean, folded
+// into the projection that produced them): each row is copied to its BF16 slot and / or quantized
+// into its INT2 slot as it is. A warp takes 32 consecutive tokens of one (KV head, K or V).
+//   - INT2 slots, 16-byte aligned pointers and more than kStoreTcWarpRows rows: each thread holds
+//     its row as 16-byte vectors, writes it to its BF16 slot, and quantizes it alone (int2r, as the
+//     row-per-thread demotion: no cross-lane work); the rows that quantizer declines go to the
+//     whole warp.
+//   - BF16 slots only: the warp copies its rows with consecutive lanes on consecutive 16-byte
+//     chunks (whole rows per instruction, where a row per thread would write 16-byte pieces of 32
+//     different rows).
+//   - otherwise (a decode step's few rows, or unaligned pointers): the warp takes the rows one by
+//     one, lane l holding elements l + 32 m, as the float32 path does.
+// store_rows_of_warp stores the warp's 32 tokens from token0 (< num_tokens) of (head, K or V); the
+// whole warp calls it.
+template <int D>
+__device__ void store_rows_of_warp(const StoreKvParams& p, bool is_key, int head,
+                                   std::int64_t token0, bool vectors) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
+  const int lane = static_cast<int>(threadIdx.x & 31), hkv = p.num_kv_heads;
+  const int count = p.num_tokens - token0 < kStoreTcTokens ? static_cast<int>(p.num_tokens - token0)
+                                                           : kStoreTcTokens;
+  const bf16_bits* src = (is_key ? p.k : p.v) + (token0 * hkv + head) * D;  // token0's row
+  const std::int64_t src_stride = static_cast<std::int64_t>(hkv) * D;       // between tokens
+  bf16_bits* bf16_pool = is_key ? p.k_bf16 : p.v_bf16;
+  std::uint8_t* codes_pool = is_key ? p.k_codes : p.v_codes;
+  bf16_bits* scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
+  const bool mine = lane < count;
+  const std::int64_t bf16_row = slot_pool_row(
+      p.bf16_slot != nullptr && mine ? p.bf16_slot[token0 + lane] : -1, p.page_size, hkv, head);
+  const std::int64_t int2_row = slot_pool_row(
+      p.int2_slot != nullptr && mine ? p.int2_slot[token0 + lane] : -1, p.page_size, hkv, head);
+  const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
+  const int clip_k = int2q::clip_position<D>(clip);
+
+  if (vectors && p.int2_slot == nullptr) {
+    // Eight chunks a lane in flight before the first store: a load-then-store loop would wait for
+    // memory once per chunk (stores may alias the loads, so they are not reordered for us).
+    constexpr int kBatch = 8;
+    for (int first = 0; first < count * kChunks; first += 32 * kBatch) {
+      uint4 chunk[kBatch];
+      std::int64_t row[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int idx = first + 32 * b + lane, t = (idx / kChunks) & 31, c = (idx % kChunks) * 8;
+        row[b] = __shfl_sync(kFullMask, bf16_row, t);
+        if (idx >= count * kChunks) row[b] = -1;
+        chunk[b] = row[b] >= 0 ? __ldcs(reinterpret_cast<const uint4*>(src + t * src_stride + c))
+                               : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int idx = first + 32 * b + lane, c = (idx % kChunks) * 8;
+        if (row[b] >= 0) *reinterpret_cast<uint4*>(bf16_pool + row[b] * D + c) = chunk[b];
+      }
+    }
+    return;
+  }
+  unsigned declined = __ballot_sync(kFullMask, int2_row >= 0 || bf16_row >= 0);
+  if (vectors && count > kStoreTcWarpRows) {
+    unsigned w[D / 2];
+    const uint4* row = reinterpret_cast<const uint4*>(src + lane * src_stride);
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      int2q::unpack_words(mine ? __ldcs(row + i) : make_uint4(0, 0, 0, 0), &w[4 * i]);
+    }
+    if (bf16_row >= 0) {
+      uint4* dst = reinterpret_cast<uint4*>(bf16_pool + bf16_row * D);
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i)
+        dst[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    }
+    const bool thread_path = clip_k >= 0 && int2r::top_length(D - 1 - clip_k) > 0;  // warp-uniform
+    const bool stored =
+        int2_row < 0 || (thread_path && int2q::store_row_thread<D>(w, clip_k, codes_pool,
+                                                                   scale_zero_pool, int2_row));
+    declined = __ballot_sync(kFullMask, !stored);  // rows left to the warp, their BF16 copy done
+  }
+  for (; declined != 0; declined &= declined - 1) {
+    const int t = __ffs(declined) - 1;
+    const std::int64_t to_bf16 =
+        vectors && count > kStoreTcWarpRows ? -1 : __shfl_sync(kFullMask, bf16_row, t);
+    const std::int64_t to_int2 = __shfl_sync(kFullMask, int2_row, t);
+    float x[D / 32];
+#pragma unroll
+    for (int m = 0; m < D / 32; ++m) {
+      const bf16_bits bits = src[t * src_stride + lane + 32 * m];
+      if (to_bf16 >= 0) bf16_pool[to_bf16 * D + lane + 32 * m] = bits;
+      x[m] = bf16_to_float(bits);
+    }
+    if (to_int2 >= 0) {
+      quantize_row_bf16<D>(x, clip, codes_pool + to_int2 * (D / 4), scale_zero_pool + 2 * to_int2);
+    }
+  }
+}
+
+constexpr int kRowStoreWarps = 8;
+
+// Rows token0 .. token0 + count - 1 (< num_tokens) of (head, K or V), arriving rotated, one by one
+// by the whole warp (lane l holds elements l + 32 m): few registers, for the tensor-core kernel's
+// blocks that take a small store's arriving side along.
+constexpr int kFusedArrivingRowsPerWarp = 4;
+template <int D>
+__device__ __forceinline__ void store_rows_by_warp(const StoreKvParams& p, bool is_key, int head,
+                                                   std::int64_t token0, int count) {
+  const int lane = static_cast<int>(threadIdx.x & 31), hkv = p.num_kv_heads;
+  const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
+  for (int t = 0; t < count; ++t) {
+    const std::int64_t token = token0 + t;
+    const bf16_bits* row = (is_key ? p.k : p.v) + (token * hkv + head) * D;
+    const std::int64_t to_bf16 =
+        slot_pool_row(p.bf16_slot != nullptr ? p.bf16_slot[token] : -1, p.page_size, hkv, head);
+    const std::int64_t to_int2 =
+        slot_pool_row(p.int2_slot != nullptr ? p.int2_slot[token] : -1, p.page_size, hkv, head);
+    float x[D / 32];
+#pragma unroll
+    for (int m = 0; m < D / 32; ++m) {
+      const bf16_bits bits = row[lane + 32 * m];
+      if (to_bf16 >= 0) (is_key ? p.k_bf16 : p.v_bf16)[to_bf16 * D + lane + 32 * m] = bits;
+      x[m] = bf16_to_float(bits);
+    }
+    if (to_int2 >= 0) {
+      quantize_row_bf16<D>(x, clip, (is_key ? p.k_codes : p.v_codes) + to_int2 * (D / 4),
+                           (is_key ? p.k_scale_zero : p.v_scale_zero) + 2 * to_int2);
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kRowStoreWarps * 32)
+    store_kv_rows_kernel(StoreKvParams p, bool vectors) {
+  const std::int64_t token0 =
+      (static_cast<std::int64_t>(blockIdx.x) * kRowStoreWarps + (threadIdx.x >> 5)) *
+      kStoreTcTokens;
+  if (token0 >= p.num_tokens) return;
+  store_rows_of_warp<D>(p, store_side_is_key(p, blockIdx.z, gridDim.z, false),
+                        static_cast<int>(blockIdx.y), token0, vectors);
+}
+
 template <int D, bool kWarpgroupMma>
-__global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(StoreKvParams p) {
+__global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
+    store_kv_tc_kernel(StoreKvParams p, int row_blocks) {
   using Layout = StoreTcLayout<D>;
   constexpr int P = Layout::kPitch;
   // The warpgroup MMA where this compilation has it (sm_90a); mma.sync otherwise.
@@ -2289,16 +2438,33 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
       store_tc_smem + Layout::kRotationBytes + Layout::kBiasBytes +
       kStoreTcWarps * Layout::kTileBytes + warp * Layout::kSlotBytes);  // [bf16, int2][token]
   const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
-  const bool is_key = blockIdx.z == 0;
+  const bool is_key = store_side_is_key(p, blockIdx.z, gridDim.z, true);
+  // A small store with one side arriving rotated: the last row_blocks blocks of each head store
+  // that side's rows (store_rows_by_warp) on multiprocessors the rotating blocks leave idle, so
+  // that a decode step needs one launch. (Large stores run it as a kernel of its own after this
+  // one: blocks taken from the rotating side there cost more than the overlap gave.)
+  const int tc_blocks = static_cast<int>(gridDim.x) - row_blocks;
+  if (static_cast<int>(blockIdx.x) >= tc_blocks) {
+    const std::int64_t token0 =
+        (std::int64_t{static_cast<int>(blockIdx.x) - tc_blocks} * kStoreTcWarps + warp) *
+        kFusedArrivingRowsPerWarp;
+    if (token0 < p.num_tokens) {
+      const std::int64_t left = p.num_tokens - token0;
+      store_rows_by_warp<D>(
+          p, !is_key, head, token0,
+          left < kFusedArrivingRowsPerWarp ? static_cast<int>(left) : kFusedArrivingRowsPerWarp);
+    }
+    return;
+  }
   const bf16_bits* src = is_key ? p.k : p.v;
   const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
   // Tiles go round the blocks first, so that a store of few tiles spreads over multiprocessors.
   // The four warps of a warpgroup step through their tiles together (the warpgroup MMA takes all
   // four), for as many steps as its first warp has tiles; a warp past the last tile computes on
   // what its buffer holds and stores nothing.
-  const std::int64_t first_tile = static_cast<std::int64_t>(warp) * gridDim.x + blockIdx.x;
-  const std::int64_t lead_tile = static_cast<std::int64_t>(warp & ~3) * gridDim.x + blockIdx.x;
-  const std::int64_t tile_step = static_cast<std::int64_t>(gridDim.x) * kStoreTcWarps;
+  const std::int64_t first_tile = static_cast<std::int64_t>(warp) * tc_blocks + blockIdx.x;
+  const std::int64_t lead_tile = static_cast<std::int64_t>(warp & ~3) * tc_blocks + blockIdx.x;
+  const std::int64_t tile_step = static_cast<std::int64_t>(tc_blocks) * kStoreTcWarps;
   // The first tile's copies fly while the block prepares R'.
   if (first_tile < tiles) store_tc_copy_tile<D>(p, src, head, first_tile, tile_rows, tile_slots);
 
@@ -2541,7 +2707,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     // Every turn handed on is taken: a warpgroup with fewer steps than the one before it takes
     // the turns it did not wait for (warpgroup 0 never waits at its first step).
     const auto steps_of = [&](int g) -> std::int64_t {
-      const std::int64_t lead = static_cast<std::int64_t>(4 * g) * gridDim.x + blockIdx.x;
+      const std::int64_t lead = static_cast<std::int64_t>(4 * g) * tc_blocks + blockIdx.x;
       return lead < tiles ? (tiles - lead + tile_step - 1) / tile_step : 0;
     };
     const std::int64_t waited = group == 0 ? (step > 0 ? step - 1 : 0) : step;
@@ -2549,6 +2715,11 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1) store_kv_tc_kernel(Stor
     for (std::int64_t i = waited; i < handed; ++i)
       named_barrier_sync(1 + (group + kGroups - 1) % kGroups, 256);
   }
+}
+
+// The sides (keys, values) of a store that carry a rotation; the others arrive rotated.
+int rotated_sides(const StoreKvParams& p) {
+  return (p.k_rotation != nullptr ? 1 : 0) + (p.v_rotation != nullptr ? 1 : 0);
 }
 
 // Multiprocessors times resident blocks of store_kv_tc_kernel<D> on the current device, worked
@@ -2591,7 +2762,7 @@ int store_tc_slots() {
 
 // Launches store_kv_tc_kernel<D>: as many blocks per (KV head, K or V) as fill the GPU in one wave.
 template <int D, bool kWarpgroupMma>
-Status launch_store_kv_tc(const StoreKvParams& p) {
+Status launch_store_kv_tc(const StoreKvParams& p, bool& arriving_stored) {
   constexpr std::size_t kBytes = StoreTcLayout<D>::kBytes;
   constexpr int kThreads = kStoreTcWarps * 32;
   const int slots = store_tc_slots<D, kWarpgroupMma>();
@@ -2609,13 +2780,26 @@ Status launch_store_kv_tc(const StoreKvParams& p) {
     return Status::kUnsupported;
   }
   const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
-  const std::int64_t fill =
-      std::max<std::int64_t>(1, std::int64_t{slots} / (2 * std::int64_t{p.num_kv_heads}));
+  const std::int64_t fill = std::max<std::int64_t>(
+      1, std::int64_t{slots} / (rotated_sides(p) * std::int64_t{p.num_kv_heads}));
   // A block per tile up to a wave: few tiles run one per multiprocessor (a warp per tile), not
   // side by side in one block.
-  const dim3 grid(static_cast<unsigned>(std::min(fill, tiles)),
-                  static_cast<unsigned>(p.num_kv_heads), 2);
-  store_kv_tc_kernel<D, kWarpgroupMma><<<grid, kThreads, kBytes, p.stream>>>(p);
+  const std::int64_t tc_blocks = std::min(fill, tiles);
+  // A side arriving rotated rides along in blocks of its own (a warp per 4 tokens) when the
+  // rotating blocks leave room for them in the wave (a decode step's store).
+  std::int64_t row_blocks = 0;
+  if (!arriving_stored && rotated_sides(p) == 1) {
+    constexpr std::int64_t kPerBlock = kStoreTcWarps * kFusedArrivingRowsPerWarp;
+    const std::int64_t needed = (p.num_tokens + kPerBlock - 1) / kPerBlock;
+    if (tc_blocks + needed <= fill) {
+      row_blocks = needed;
+      arriving_stored = true;
+    }
+  }
+  const dim3 grid(static_cast<unsigned>(tc_blocks + row_blocks),
+                  static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(rotated_sides(p)));
+  store_kv_tc_kernel<D, kWarpgroupMma>
+      <<<grid, kThreads, kBytes, p.stream>>>(p, static_cast<int>(row_blocks));
   OSCAR_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
 }
@@ -2631,8 +2815,22 @@ Status launch_store_kv_columns(const StoreKvParams& p) {
                    static_cast<long long>(p.num_tokens));
     return Status::kInvalidArgument;
   }
-  const dim3 grid(static_cast<unsigned>(tiles * kSlices), static_cast<unsigned>(p.num_kv_heads), 2);
+  const dim3 grid(static_cast<unsigned>(tiles * kSlices), static_cast<unsigned>(p.num_kv_heads),
+                  static_cast<unsigned>(rotated_sides(p)));
   store_kv_columns_kernel<D><<<grid, kColumnStoreThreads, 0, p.stream>>>(p);
+  OSCAR_CUDA_CHECK(cudaGetLastError());
+  return Status::kOk;
+}
+
+// Launches store_kv_rows_kernel<D> over the `sides` sides whose rows arrive rotated: a warp per
+// 32 tokens of each (KV head, K or V). (A warp per 4 tokens taken one by one, for stores that give
+// few warps a multiprocessor, measured slower: results page.)
+template <int D>
+Status launch_store_kv_rows(const StoreKvParams& p, int sides, bool vectors) {
+  constexpr std::int64_t kTokensPerBlock = std::int64_t{kRowStoreWarps} * kStoreTcTokens;
+  const dim3 grid(static_cast<unsigned>((p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock),
+                  static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(sides));
+  store_kv_rows_kernel<D><<<grid, kRowStoreWarps * 32, 0, p.stream>>>(p, vectors);
   OSCAR_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
 }
@@ -2649,12 +2847,31 @@ bool is_device_pointer(const void* ptr) {
 
 }  // namespace
 
+namespace {
+Status store_rotated(const StoreKvParams& p, bool& arriving_stored);
+}  // namespace
+
 Status store_kv(const StoreKvParams& p) {
   if (p.num_tokens < 0 || p.num_kv_heads < 1 || !supported_head_dim(p.head_dim) ||
-      (p.page_size != 8 && p.page_size != 16) || p.k == nullptr || p.v == nullptr ||
-      p.k_rotation == nullptr || p.v_rotation == nullptr) {
+      (p.page_size != 8 && p.page_size != 16) || p.k == nullptr || p.v == nullptr) {
     set_last_error("store_kv: bad shape or missing input (head_dim %d, page_size %d, %d KV heads)",
                    p.head_dim, p.page_size, p.num_kv_heads);
+    return Status::kInvalidArgument;
+  }
+  // A side without a rotation arrives rotated; a mean or smoothing left for it to apply would be
+  // dropped silently, so it must have been folded with the rotation.
+  if ((p.k_rotation == nullptr && (p.k_mean != nullptr || p.k_smooth != nullptr)) ||
+      (p.v_rotation == nullptr && p.v_mean != nullptr)) {
+    set_last_error(
+        "store_kv: %s given without %s: rows that arrive rotated must arrive centred%s too (fold "
+        "it into the projection with the rotation, or pass the rotation)",
+        p.k_rotation == nullptr && (p.k_mean != nullptr || p.k_smooth != nullptr)
+            ? (p.k_mean != nullptr ? "k_mean" : "k_smooth")
+            : "v_mean",
+        p.k_rotation == nullptr && (p.k_mean != nullptr || p.k_smooth != nullptr) ? "k_rotation"
+                                                                                  : "v_rotation",
+        p.k_rotation == nullptr && (p.k_mean != nullptr || p.k_smooth != nullptr) ? " and smoothed"
+                                                                                  : "");
     return Status::kInvalidArgument;
   }
   if ((p.bf16_slot != nullptr && (p.k_bf16 == nullptr || p.v_bf16 == nullptr)) ||
@@ -2674,8 +2891,43 @@ Status store_kv(const StoreKvParams& p) {
     return Status::kInvalidArgument;
   }
   const auto aligned = [](const void* ptr) { return is_aligned(ptr, 16); };
+  // The sides that arrive rotated: copied and quantized as they are, after the rotated sides'
+  // launch (so that a refused path launches nothing).
+  const int arriving_sides = 2 - rotated_sides(p);
+  const bool arriving =
+      arriving_sides > 0 && p.num_tokens > 0 && (p.bf16_slot != nullptr || p.int2_slot != nullptr);
+  const bool vectors =
+      (p.k_rotation != nullptr || aligned(p.k)) && (p.v_rotation != nullptr || aligned(p.v)) &&
+      (p.bf16_slot == nullptr || (aligned(p.k_bf16) && aligned(p.v_bf16))) &&
+      (p.int2_slot == nullptr || (aligned(p.k_codes) && aligned(p.v_codes) &&
+                                  is_aligned(p.k_scale_zero, 4) && is_aligned(p.v_scale_zero, 4)));
+  // The rotated sides first, so that a refused path launches nothing; the tensor-core kernel takes
+  // a small store's arriving side along in the same launch.
+  bool arriving_stored = !arriving;
+  if (arriving_sides < 2) {
+    const Status rotated = store_rotated(p, arriving_stored);
+    if (rotated != Status::kOk) return rotated;
+  }
+  if (arriving_stored) return Status::kOk;
+  switch (p.head_dim) {
+    case 64:
+      return launch_store_kv_rows<64>(p, arriving_sides, vectors);
+    case 128:
+      return launch_store_kv_rows<128>(p, arriving_sides, vectors);
+    default:
+      return launch_store_kv_rows<256>(p, arriving_sides, vectors);
+  }
+}
+
+namespace {
+// store_kv's sides that carry a rotation (store_kv has validated p): the path, then its launch.
+// The tensor-core kernel may store the side arriving rotated too (a small store), and then sets
+// arriving_stored.
+Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
+  const auto aligned = [](const void* ptr) { return is_aligned(ptr, 16); };
   const bool tc_aligned =
-      aligned(p.k) && aligned(p.v) && aligned(p.k_rotation) && aligned(p.v_rotation) &&
+      (p.k_rotation == nullptr || aligned(p.k)) && (p.v_rotation == nullptr || aligned(p.v)) &&
+      aligned(p.k_rotation) && aligned(p.v_rotation) &&
       (p.bf16_slot == nullptr || (aligned(p.k_bf16) && aligned(p.v_bf16))) &&
       (p.int2_slot == nullptr || (aligned(p.k_codes) && aligned(p.v_codes) &&
                                   is_aligned(p.k_scale_zero, 4) && is_aligned(p.v_scale_zero, 4)));
@@ -2735,13 +2987,15 @@ Status store_kv(const StoreKvParams& p) {
     // Hopper takes the warpgroup MMA (a build without sm_90a code falls back to mma.sync inside
     // the same kernel).
     if (hopper && path == StoreKvPath::kTensorCore) {
-      return p.head_dim == 64 ? launch_store_kv_tc<64, true>(p) : launch_store_kv_tc<128, true>(p);
+      return p.head_dim == 64 ? launch_store_kv_tc<64, true>(p, arriving_stored)
+                              : launch_store_kv_tc<128, true>(p, arriving_stored);
     }
-    return p.head_dim == 64 ? launch_store_kv_tc<64, false>(p) : launch_store_kv_tc<128, false>(p);
+    return p.head_dim == 64 ? launch_store_kv_tc<64, false>(p, arriving_stored)
+                            : launch_store_kv_tc<128, false>(p, arriving_stored);
   }
   if (p.num_tokens == 0) return Status::kOk;
   const dim3 grid(static_cast<unsigned>((p.num_tokens + kStoreTokens - 1) / kStoreTokens),
-                  static_cast<unsigned>(p.num_kv_heads), 2);
+                  static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(rotated_sides(p)));
   switch (p.head_dim) {
     case 64:
       store_kv_kernel<64><<<grid, kStoreThreads, 0, p.stream>>>(p);
@@ -2756,6 +3010,7 @@ Status store_kv(const StoreKvParams& p) {
   OSCAR_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
 }
+}  // namespace
 
 Status demote_pages(const DemotePagesParams& p) {
   if (p.num_pages < 0 || p.num_kv_heads < 1 || !supported_head_dim(p.head_dim) ||
@@ -2806,7 +3061,7 @@ Status launch_prepare_store_kv(const StoreKvParams& p, void* prepared) {
                    kBytes);
     return Status::kUnsupported;
   }
-  const dim3 grid(static_cast<unsigned>(p.num_kv_heads), 2);
+  const dim3 grid(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(rotated_sides(p)));
   prepare_store_kv_kernel<D><<<grid, kStoreTcWarps * 32, kBytes, p.stream>>>(p, prepared);
   OSCAR_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
@@ -2814,9 +3069,8 @@ Status launch_prepare_store_kv(const StoreKvParams& p, void* prepared) {
 }  // namespace
 
 Status prepare_store_kv(const StoreKvParams& p, void* prepared) {
-  if (p.num_kv_heads < 1 || p.k_rotation == nullptr || p.v_rotation == nullptr ||
-      prepared == nullptr) {
-    set_last_error("prepare_store_kv: missing rotations or destination (%d KV heads)",
+  if (p.num_kv_heads < 1 || prepared == nullptr) {
+    set_last_error("prepare_store_kv: missing destination or no KV heads (%d KV heads)",
                    p.num_kv_heads);
     return Status::kInvalidArgument;
   }
@@ -2829,6 +3083,7 @@ Status prepare_store_kv(const StoreKvParams& p, void* prepared) {
     set_last_error("prepare_store_kv: the rotations and the destination must be 16-byte aligned");
     return Status::kInvalidArgument;
   }
+  if (rotated_sides(p) == 0) return Status::kOk;  // both sides arrive rotated: nothing to prepare
   return p.head_dim == 64 ? launch_prepare_store_kv<64>(p, prepared)
                           : launch_prepare_store_kv<128>(p, prepared);
 }

@@ -3,6 +3,8 @@
 // each OSCAR_STORE_ABLATE_* switch. Torch-free. Rows: gaussian bf16 (none that the
 // one-row-per-thread quantizer declines); keys centred and smoothed, both rotated by a signed
 // Hadamard matrix per head; clip 0.96 for keys, 0.96 and then 0.92 for values.
+// With STORE_ABLATION_ARRIVING=values the values arrive rotated (v_rotation null: R_V folded into
+// v_proj), so the keys' tensor-core store takes them beside it.
 // Usage: store_ablation NAME [ITERATIONS]
 #include <cuda_runtime.h>
 
@@ -109,6 +111,8 @@ int main(int argc, char** argv) {
   p.v_scale_zero = vsz;
   p.k_bf16 = kb;
   p.v_bf16 = vb;
+  const char* arriving = std::getenv("STORE_ABLATION_ARRIVING");
+  if (arriving != nullptr && std::strcmp(arriving, "values") == 0) p.v_rotation = nullptr;
   void* prepared = nullptr;
   CK(cudaMalloc(&prepared, store_kv_prepared_bytes(hkv, d)));
   if (prepare_store_kv(p, prepared) != Status::kOk) {

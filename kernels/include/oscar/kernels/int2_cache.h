@@ -55,6 +55,15 @@ using bf16_bits = std::uint16_t;
 // kStoreWgmmaMinTokens tokens (below, mma.sync measured a little faster); else kFloat32 (figures
 // on the results page). The INT2 rows are the exact quantization of the stored bf16 rows either
 // way.
+//
+// Rows that arrive already rotated: an engine that folds R_V (and v_mean, as a bias) into the V
+// rows of its QKV projection (docs/bundle-format.md) passes v_rotation = null, and likewise keys
+// with k_rotation = null; that side's rows are then stored as they are (copied to BF16 slots,
+// quantized into INT2 slots: a small store whose other side runs on the tensor cores takes them
+// along in the same launch, otherwise a row-per-thread kernel follows, at the demotion's rate when
+// both sides arrive rotated), and its mean and smoothing must be null too (fold them as well).
+// `path` and `prepared` concern the rotated side only. Both rotations null: a plain
+// quantize-and-pack.
 enum class StoreKvPath { kAuto, kFloat32, kTensorCore, kTensorCoreSync, kFloat32Columns };
 constexpr std::int64_t kStoreWgmmaMinTokens = 1024;
 constexpr std::int64_t kStoreColumnsMaxTokens = 64;
@@ -64,12 +73,12 @@ struct StoreKvParams {
   int num_kv_heads = 0, head_dim = 0, page_size = 0;
   const bf16_bits* k = nullptr;  // [num_tokens, Hkv, d]
   const bf16_bits* v = nullptr;
-  const float* k_rotation = nullptr;  // [Hkv, d, d], x_rot = x R
-  const float* v_rotation = nullptr;
-  const float* k_mean = nullptr;    // [Hkv, d] or null
-  const float* k_smooth = nullptr;  // [Hkv, d] or null
-  const float* v_mean = nullptr;    // [Hkv, d] or null
-  const float* k_clip = nullptr;    // [Hkv] clip ratios in (0, 1]
+  const float* k_rotation = nullptr;  // [Hkv, d, d], x_rot = x R; null: keys arrive rotated
+  const float* v_rotation = nullptr;  // null: values arrive rotated (R_V folded into v_proj)
+  const float* k_mean = nullptr;      // [Hkv, d] or null
+  const float* k_smooth = nullptr;    // [Hkv, d] or null
+  const float* v_mean = nullptr;      // [Hkv, d] or null
+  const float* k_clip = nullptr;      // [Hkv] clip ratios in (0, 1]
   const float* v_clip = nullptr;
   const std::int64_t* bf16_slot = nullptr;  // [num_tokens] or null
   const std::int64_t* int2_slot = nullptr;  // [num_tokens] or null
@@ -94,7 +103,8 @@ Status store_kv(const StoreKvParams& params);
 // order) and b (d float32), which is what every tensor-core store block would otherwise compute
 // from R, the mean and the smoothing. store_kv_prepared_bytes gives its size (0 for head_dim 256,
 // which has no tensor-core path); prepare_store_kv fills `prepared` (device memory, 16-byte
-// aligned) from params' num_kv_heads, head_dim, rotations, means, smoothing and stream.
+// aligned) from params' num_kv_heads, head_dim, rotations, means, smoothing and stream; a side
+// whose rotation is null (rows that arrive rotated) is left unwritten, as the store never reads it.
 std::size_t store_kv_prepared_bytes(int num_kv_heads, int head_dim);
 Status prepare_store_kv(const StoreKvParams& params, void* prepared);
 
