@@ -2860,18 +2860,16 @@ Status store_kv(const StoreKvParams& p) {
   }
   // A side without a rotation arrives rotated; a mean or smoothing left for it to apply would be
   // dropped silently, so it must have been folded with the rotation.
-  if ((p.k_rotation == nullptr && (p.k_mean != nullptr || p.k_smooth != nullptr)) ||
-      (p.v_rotation == nullptr && p.v_mean != nullptr)) {
+  const bool keys_unfolded =
+      p.k_rotation == nullptr && (p.k_mean != nullptr || p.k_smooth != nullptr);
+  if (keys_unfolded || (p.v_rotation == nullptr && p.v_mean != nullptr)) {
     set_last_error(
         "store_kv: %s given without %s: rows that arrive rotated must arrive centred%s too (fold "
         "it into the projection with the rotation, or pass the rotation)",
-        p.k_rotation == nullptr && (p.k_mean != nullptr || p.k_smooth != nullptr)
-            ? (p.k_mean != nullptr ? "k_mean" : "k_smooth")
-            : "v_mean",
-        p.k_rotation == nullptr && (p.k_mean != nullptr || p.k_smooth != nullptr) ? "k_rotation"
-                                                                                  : "v_rotation",
-        p.k_rotation == nullptr && (p.k_mean != nullptr || p.k_smooth != nullptr) ? " and smoothed"
-                                                                                  : "");
+        !keys_unfolded        ? "v_mean"
+        : p.k_mean != nullptr ? "k_mean"
+                              : "k_smooth",
+        keys_unfolded ? "k_rotation" : "v_rotation", keys_unfolded ? " and smoothed" : "");
     return Status::kInvalidArgument;
   }
   if ((p.bf16_slot != nullptr && (p.k_bf16 == nullptr || p.v_bf16 == nullptr)) ||
