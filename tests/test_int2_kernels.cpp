@@ -407,8 +407,9 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
   const auto [d, ps] = GetParam();
   const int heads = 2;
   std::mt19937 rng(static_cast<unsigned>(3 * d + ps));
-  // 1 to 2 ps + 3 tokens on the tensor cores: taken along in their launch, the warp quantizing the
-  // rows one by one; otherwise (and 9001 tokens) the rows kernel, a row per thread.
+  // With the other side on the tensor cores the arriving side takes blocks of the same launch (the
+  // warp quantizing a tile of at most 8 rows row by row, a thread per row above); otherwise the
+  // rows kernel (the same split).
   for (const int tokens : {1, 7, 2 * ps + 3, 9001}) {
     SCOPED_TRACE(::testing::Message() << tokens << " tokens");
     const auto rows = static_cast<std::int64_t>(tokens) * heads;
@@ -420,6 +421,11 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
         auto row = x->begin() + static_cast<std::ptrdiff_t>(t) * heads * d;
         std::transform(row, row + heads * d, row, [](float e) { return std::ldexp(e, -100); });
       }
+    }
+    // Negative zeros, which a store of rows as given keeps (a product would make them +0).
+    for (int t = 2; t < tokens; t += 31) {
+      k[static_cast<std::size_t>(t) * heads * d] = -0.0f;
+      v[static_cast<std::size_t>(t) * heads * d + d + 1] = -0.0f;
     }
     const std::vector<float> rk = random_rotation(heads, d, rng),
                              rv = random_rotation(heads, d, rng);
@@ -498,7 +504,10 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
       return p;
     };
     std::vector<StoreKvPath> paths = {StoreKvPath::kAuto, StoreKvPath::kFloat32};
-    if (d != 256) paths.push_back(StoreKvPath::kTensorCore);
+    if (d != 256) {
+      paths.push_back(StoreKvPath::kTensorCore);
+      paths.push_back(StoreKvPath::kTensorCoreSync);
+    }
     for (const StoreKvPath path : paths) {
       for (const int destination : {0, 1, 2}) {  // both slots, BF16 only, INT2 only
         SCOPED_TRACE(::testing::Message()
@@ -563,6 +572,27 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
       EXPECT_EQ(got.bf16[side], want.bf16[side]) << "unaligned, side " << side;
       EXPECT_EQ(got.codes[side], want.codes[side]) << "unaligned, side " << side;
       EXPECT_EQ(got.scale_zero[side], want.scale_zero[side]) << "unaligned, side " << side;
+    }
+    // Values arriving unaligned beside keys on the tensor cores: the rows kernel takes them after
+    // the keys' launch, with the bits of the aligned values that ride in it.
+    if (d != 256) {
+      for (const StoreKvPath path : {StoreKvPath::kTensorCore, StoreKvPath::kTensorCoreSync}) {
+        SCOPED_TRACE(::testing::Message() << "path " << static_cast<int>(path));
+        StoreKvParams q = store_of(kd.ptr, vd.ptr);
+        q.k_rotation = rkd.ptr;
+        q.path = path;
+        q.bf16_slot = bs.ptr;
+        q.int2_slot = is.ptr;
+        Pools in_launch, after;
+        ASSERT_NO_FATAL_FAILURE(run(q, in_launch));
+        q.v = vd1.ptr + 1;
+        ASSERT_NO_FATAL_FAILURE(run(q, after));
+        for (int side = 0; side < 2; ++side) {
+          EXPECT_EQ(after.bf16[side], in_launch.bf16[side]) << "side " << side;
+          EXPECT_EQ(after.codes[side], in_launch.codes[side]) << "side " << side;
+          EXPECT_EQ(after.scale_zero[side], in_launch.scale_zero[side]) << "side " << side;
+        }
+      }
     }
   }
 }

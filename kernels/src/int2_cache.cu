@@ -2376,36 +2376,6 @@ __device__ void store_rows_of_warp(const StoreKvParams& p, bool is_key, int head
 
 constexpr int kRowStoreWarps = 8;
 
-// Rows token0 .. token0 + count - 1 (< num_tokens) of (head, K or V), arriving rotated, one by one
-// by the whole warp (lane l holds elements l + 32 m): few registers, for the tensor-core kernel's
-// blocks that take a small store's arriving side along.
-constexpr int kFusedArrivingRowsPerWarp = 4;
-template <int D>
-__device__ __forceinline__ void store_rows_by_warp(const StoreKvParams& p, bool is_key, int head,
-                                                   std::int64_t token0, int count) {
-  const int lane = static_cast<int>(threadIdx.x & 31), hkv = p.num_kv_heads;
-  const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
-  for (int t = 0; t < count; ++t) {
-    const std::int64_t token = token0 + t;
-    const bf16_bits* row = (is_key ? p.k : p.v) + (token * hkv + head) * D;
-    const std::int64_t to_bf16 =
-        slot_pool_row(p.bf16_slot != nullptr ? p.bf16_slot[token] : -1, p.page_size, hkv, head);
-    const std::int64_t to_int2 =
-        slot_pool_row(p.int2_slot != nullptr ? p.int2_slot[token] : -1, p.page_size, hkv, head);
-    float x[D / 32];
-#pragma unroll
-    for (int m = 0; m < D / 32; ++m) {
-      const bf16_bits bits = row[lane + 32 * m];
-      if (to_bf16 >= 0) (is_key ? p.k_bf16 : p.v_bf16)[to_bf16 * D + lane + 32 * m] = bits;
-      x[m] = bf16_to_float(bits);
-    }
-    if (to_int2 >= 0) {
-      quantize_row_bf16<D>(x, clip, (is_key ? p.k_codes : p.v_codes) + to_int2 * (D / 4),
-                           (is_key ? p.k_scale_zero : p.v_scale_zero) + 2 * to_int2);
-    }
-  }
-}
-
 template <int D>
 __global__ void __launch_bounds__(kRowStoreWarps * 32)
     store_kv_rows_kernel(StoreKvParams p, bool vectors) {
@@ -2417,9 +2387,20 @@ __global__ void __launch_bounds__(kRowStoreWarps * 32)
                         static_cast<int>(blockIdx.y), token0, vectors);
 }
 
+// The arriving side's blocks per rotating side's block (eighths) when store_kv_tc_kernel takes a
+// side that arrives rotated along: its blocks skip the product and finish early with an equal
+// share. 32768 tokens x 8 heads, values arriving, on an H200 (results page): 8 eighths 96.1-96.5
+// us into INT2, 7 96.1-98.4, 6 89.6-89.8, 5 89.0-90.8, 4 85.7-85.9 at value clip 0.96 but
+// 97.4-98.1 at 0.92 (the values' quantization then the longer part).
+#ifndef OSCAR_STORE_ARRIVING_EIGHTHS
+#define OSCAR_STORE_ARRIVING_EIGHTHS 6
+#endif
+constexpr int kStoreArrivingEighths = OSCAR_STORE_ARRIVING_EIGHTHS;
+static_assert(kStoreArrivingEighths >= 1 && kStoreArrivingEighths <= 8, "1 to 8 eighths");
+
 template <int D, bool kWarpgroupMma>
 __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
-    store_kv_tc_kernel(StoreKvParams p, int row_blocks) {
+    store_kv_tc_kernel(StoreKvParams p, int arriving_blocks) {
   using Layout = StoreTcLayout<D>;
   constexpr int P = Layout::kPitch;
   // The warpgroup MMA where this compilation has it (sm_90a); mma.sync otherwise.
@@ -2439,23 +2420,15 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
       kStoreTcWarps * Layout::kTileBytes + warp * Layout::kSlotBytes);  // [bf16, int2][token]
   const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
   const bool is_key = store_side_is_key(p, blockIdx.z, gridDim.z, true);
-  // A small store with one side arriving rotated: the last row_blocks blocks of each head store
-  // that side's rows (store_rows_by_warp) on multiprocessors the rotating blocks leave idle, so
-  // that a decode step needs one launch. (Large stores run it as a kernel of its own after this
-  // one: blocks taken from the rotating side there cost more than the overlap gave.)
-  const int tc_blocks = static_cast<int>(gridDim.x) - row_blocks;
-  if (static_cast<int>(blockIdx.x) >= tc_blocks) {
-    const std::int64_t token0 =
-        (std::int64_t{static_cast<int>(blockIdx.x) - tc_blocks} * kStoreTcWarps + warp) *
-        kFusedArrivingRowsPerWarp;
-    if (token0 < p.num_tokens) {
-      const std::int64_t left = p.num_tokens - token0;
-      store_rows_by_warp<D>(
-          p, !is_key, head, token0,
-          left < kFusedArrivingRowsPerWarp ? static_cast<int>(left) : kFusedArrivingRowsPerWarp);
-    }
-    return;
-  }
+  // A grid over both sides may hold one whose rows arrive rotated (its rotation null): its first
+  // arriving_blocks blocks copy and quantize the rows as they arrive, with no R', no product and
+  // no turns, so that one launch stores both sides at every size. The rows are the input's bits,
+  // quantized by the same row quantizer as store_kv_rows_kernel's (the same bits). (The side as
+  // a template parameter, two bodies in one kernel, spilled 68-396 bytes; this flag costs the
+  // mma.sync build 8.)
+  const bool rotating = (is_key ? p.k_rotation : p.v_rotation) != nullptr;
+  const int tc_blocks = rotating ? static_cast<int>(gridDim.x) : arriving_blocks;
+  if (static_cast<int>(blockIdx.x) >= tc_blocks) return;
   const bf16_bits* src = is_key ? p.k : p.v;
   const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
   // Tiles go round the blocks first, so that a store of few tiles spreads over multiprocessors.
@@ -2470,7 +2443,9 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 
   // The clip ratio's load goes out first: it is used only after the prologue.
   const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
-  if (p.prepared != nullptr) {
+  if (!rotating) {
+    // the rows stay as copied in
+  } else if (p.prepared != nullptr) {
     load_prepared_rotation<D, kCoreLayout>(p, head, is_key, r_hi, r_lo, bias);
   } else {
     build_store_rotation<D, kCoreLayout>(p, head, is_key, r_hi, r_lo, bias, mean_sm);
@@ -2492,7 +2467,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
   int step = 0;  // steps < tiles / 16
   for (std::int64_t lead = lead_tile; lead < tiles; lead += tile_step, ++step) {
     const std::int64_t tile = lead + (first_tile - lead_tile);
-    if (!kCoreLayout && tile >= tiles) break;
+    if ((!kCoreLayout || !rotating) && tile >= tiles) break;
     const std::int64_t token0 = tile * kStoreTcTokens;
     const int count =
         static_cast<int>(tile >= tiles                            ? 0
@@ -2507,7 +2482,9 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 
     // 2. x R' - b, one 16-token half at a time (all D / 8 n-tiles in registers), rounded to bf16
     // over the half's rows (lane: rows g, g + 8, columns 2 t, 2 t + 1 of each n-tile).
-    if constexpr (kCoreLayout) {
+    if (!rotating) {
+      // rows that arrive rotated are stored as they are
+    } else if constexpr (kCoreLayout) {
 #if OSCAR_STORE_WGMMA
       // The warpgroup's four warps multiply their halves at once, 16 rows each, by R'^T read
       // from shared memory by the MMA itself (no fragment loads of R' and 16 MMA instructions a
@@ -2703,7 +2680,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
       store_tc_copy_tile<D>(p, src, head, next_tile, tile_rows, tile_slots);
     }
   }
-  if constexpr (kTurns) {
+  if (kTurns && rotating) {
     // Every turn handed on is taken: a warpgroup with fewer steps than the one before it takes
     // the turns it did not wait for (warpgroup 0 never waits at its first step).
     const auto steps_of = [&](int g) -> std::int64_t {
@@ -2780,26 +2757,28 @@ Status launch_store_kv_tc(const StoreKvParams& p, bool& arriving_stored) {
     return Status::kUnsupported;
   }
   const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
-  const std::int64_t fill = std::max<std::int64_t>(
-      1, std::int64_t{slots} / (rotated_sides(p) * std::int64_t{p.num_kv_heads}));
+  // A side arriving rotated rides along in blocks of its own (16-byte aligned rows, as the
+  // kernel's tile copies need; otherwise store_kv_rows_kernel follows).
+  const bf16_bits* arriving_rows = p.k_rotation == nullptr ? p.k : p.v;
+  const bool take_arriving =
+      !arriving_stored && rotated_sides(p) == 1 && is_aligned(arriving_rows, 16);
   // A block per tile up to a wave: few tiles run one per multiprocessor (a warp per tile), not
-  // side by side in one block.
+  // side by side in one block. Of each KV head's share of the wave, an arriving side takes
+  // kStoreArrivingEighths of a rotating side's blocks.
+  const std::int64_t per_head = std::max<std::int64_t>(1, slots / p.num_kv_heads);
+  const std::int64_t fill =
+      take_arriving ? std::max<std::int64_t>(1, per_head * 8 / (8 + kStoreArrivingEighths))
+      : rotated_sides(p) == 2 ? std::max<std::int64_t>(1, per_head / 2)
+                              : per_head;
   const std::int64_t tc_blocks = std::min(fill, tiles);
-  // A side arriving rotated rides along in blocks of its own (a warp per 4 tokens) when the
-  // rotating blocks leave room for them in the wave (a decode step's store).
-  std::int64_t row_blocks = 0;
-  if (!arriving_stored && rotated_sides(p) == 1) {
-    constexpr std::int64_t kPerBlock = kStoreTcWarps * kFusedArrivingRowsPerWarp;
-    const std::int64_t needed = (p.num_tokens + kPerBlock - 1) / kPerBlock;
-    if (tc_blocks + needed <= fill) {
-      row_blocks = needed;
-      arriving_stored = true;
-    }
-  }
-  const dim3 grid(static_cast<unsigned>(tc_blocks + row_blocks),
-                  static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(rotated_sides(p)));
+  const std::int64_t arriving_blocks =
+      take_arriving ? std::min(tiles, std::max<std::int64_t>(1, per_head - fill)) : 0;
+  if (take_arriving) arriving_stored = true;
+  const dim3 grid(static_cast<unsigned>(std::max(tc_blocks, arriving_blocks)),
+                  static_cast<unsigned>(p.num_kv_heads),
+                  static_cast<unsigned>(take_arriving ? 2 : rotated_sides(p)));
   store_kv_tc_kernel<D, kWarpgroupMma>
-      <<<grid, kThreads, kBytes, p.stream>>>(p, static_cast<int>(row_blocks));
+      <<<grid, kThreads, kBytes, p.stream>>>(p, static_cast<int>(arriving_blocks));
   OSCAR_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
 }
@@ -2900,7 +2879,7 @@ Status store_kv(const StoreKvParams& p) {
       (p.int2_slot == nullptr || (aligned(p.k_codes) && aligned(p.v_codes) &&
                                   is_aligned(p.k_scale_zero, 4) && is_aligned(p.v_scale_zero, 4)));
   // The rotated sides first, so that a refused path launches nothing; the tensor-core kernel takes
-  // a small store's arriving side along in the same launch.
+  // an arriving side along in the same launch.
   bool arriving_stored = !arriving;
   if (arriving_sides < 2) {
     const Status rotated = store_rotated(p, arriving_stored);
@@ -2919,8 +2898,8 @@ Status store_kv(const StoreKvParams& p) {
 
 namespace {
 // store_kv's sides that carry a rotation (store_kv has validated p): the path, then its launch.
-// The tensor-core kernel may store the side arriving rotated too (a small store), and then sets
-// arriving_stored.
+// The tensor-core kernel stores the side arriving rotated too where its rows are 16-byte aligned,
+// and then sets arriving_stored.
 Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
   const auto aligned = [](const void* ptr) { return is_aligned(ptr, 16); };
   const bool tc_aligned =
