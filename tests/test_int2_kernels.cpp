@@ -56,6 +56,44 @@ struct DeviceBuffer {
   }
 };
 
+// What a store wrote into its six pools (keys [0] and values [1]: BF16 rows, INT2 codes, bf16
+// scale / zero pairs), brought back to the host.
+struct StoredPools {
+  std::vector<std::uint16_t> bf16[2], scale_zero[2];
+  std::vector<std::uint8_t> codes[2];
+};
+
+// A store's six pools on the device, zeroed, for pool_rows rows of d elements each.
+struct StorePools {
+  DeviceBuffer<std::uint16_t> bf16[2], scale_zero[2];
+  DeviceBuffer<std::uint8_t> codes[2];
+  StorePools(std::size_t pool_rows, int d)
+      : bf16{DeviceBuffer<std::uint16_t>(pool_rows * d),
+             DeviceBuffer<std::uint16_t>(pool_rows * d)},
+        scale_zero{DeviceBuffer<std::uint16_t>(pool_rows * 2),
+                   DeviceBuffer<std::uint16_t>(pool_rows * 2)},
+        codes{DeviceBuffer<std::uint8_t>(pool_rows * d / 4),
+              DeviceBuffer<std::uint8_t>(pool_rows * d / 4)} {}
+  // Points the store's pool pointers here.
+  void wire(oscar::kernels::StoreKvParams& p) const {
+    p.k_bf16 = bf16[0].ptr;
+    p.v_bf16 = bf16[1].ptr;
+    p.k_codes = codes[0].ptr;
+    p.v_codes = codes[1].ptr;
+    p.k_scale_zero = scale_zero[0].ptr;
+    p.v_scale_zero = scale_zero[1].ptr;
+  }
+  StoredPools download() const {
+    StoredPools out;
+    for (int side = 0; side < 2; ++side) {
+      out.bf16[side] = bf16[side].download();
+      out.codes[side] = codes[side].download();
+      out.scale_zero[side] = scale_zero[side].download();
+    }
+    return out;
+  }
+};
+
 // Random rows with heavy-tailed outliers (a few channels 10x larger), rounded to bf16.
 std::vector<float> random_rows(std::int64_t rows, std::int64_t d, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -284,9 +322,7 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
         SCOPED_TRACE(path == StoreKvPath::kFloat32      ? "float32 path"
                      : path == StoreKvPath::kTensorCore ? "tensor-core path"
                                                         : "mma.sync tensor-core path");
-        DeviceBuffer<std::uint16_t> kb(pool_rows * d), vb(pool_rows * d), ksz(pool_rows * 2),
-            vsz(pool_rows * 2);
-        DeviceBuffer<std::uint8_t> kcodes(pool_rows * d / 4), vcodes(pool_rows * d / 4);
+        const StorePools pools(pool_rows, d);
         StoreKvParams p;
         p.num_tokens = tokens;
         p.num_kv_heads = heads;
@@ -304,30 +340,22 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
         p.v_clip = vc.ptr;
         p.bf16_slot = bs.ptr;
         p.int2_slot = is.ptr;
-        p.k_bf16 = kb.ptr;
-        p.v_bf16 = vb.ptr;
-        p.k_codes = kcodes.ptr;
-        p.v_codes = vcodes.ptr;
-        p.k_scale_zero = ksz.ptr;
-        p.v_scale_zero = vsz.ptr;
+        pools.wire(p);
         ASSERT_EQ(store_kv(p), Status::kOk) << last_error_message();
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const auto got_kb = kb.download(), got_vb = vb.download();
-        const auto got_kc = kcodes.download(), got_vc = vcodes.download();
-        const auto got_ksz = ksz.download(), got_vsz = vsz.download();
+        const StoredPools got = pools.download();
         if (path == StoreKvPath::kFloat32) {
           // The column path (a decode step's few BF16 rows; BF16 only) does the float32 path's
           // arithmetic over column slices: the same bits, at every token count.
-          DeviceBuffer<std::uint16_t> kb3(pool_rows * d), vb3(pool_rows * d);
+          const StorePools column_pools(pool_rows, d);
           StoreKvParams c = p;
           c.path = StoreKvPath::kFloat32Columns;
           c.int2_slot = nullptr;
-          c.k_bf16 = kb3.ptr;
-          c.v_bf16 = vb3.ptr;
+          column_pools.wire(c);
           ASSERT_EQ(store_kv(c), Status::kOk) << last_error_message();
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          EXPECT_EQ(kb3.download(), got_kb) << "column path, keys";
-          EXPECT_EQ(vb3.download(), got_vb) << "column path, values";
+          EXPECT_EQ(column_pools.bf16[0].download(), got.bf16[0]) << "column path, keys";
+          EXPECT_EQ(column_pools.bf16[1].download(), got.bf16[1]) << "column path, values";
         } else {
           // The same store with the rotation prepared once gives the same bits: the blocks copy
           // in what they would have built.
@@ -335,25 +363,18 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
           ASSERT_GT(prepared_bytes, 0u);
           DeviceBuffer<std::uint8_t> prepared(prepared_bytes);
           ASSERT_EQ(prepare_store_kv(p, prepared.ptr), Status::kOk) << last_error_message();
-          DeviceBuffer<std::uint16_t> kb2(pool_rows * d), vb2(pool_rows * d), ksz2(pool_rows * 2),
-              vsz2(pool_rows * 2);
-          DeviceBuffer<std::uint8_t> kcodes2(pool_rows * d / 4), vcodes2(pool_rows * d / 4);
+          const StorePools prepared_pools(pool_rows, d);
           StoreKvParams q = p;
           q.prepared = prepared.ptr;
-          q.k_bf16 = kb2.ptr;
-          q.v_bf16 = vb2.ptr;
-          q.k_codes = kcodes2.ptr;
-          q.v_codes = vcodes2.ptr;
-          q.k_scale_zero = ksz2.ptr;
-          q.v_scale_zero = vsz2.ptr;
+          prepared_pools.wire(q);
           ASSERT_EQ(store_kv(q), Status::kOk) << last_error_message();
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          EXPECT_EQ(kb2.download(), got_kb);
-          EXPECT_EQ(vb2.download(), got_vb);
-          EXPECT_EQ(kcodes2.download(), got_kc);
-          EXPECT_EQ(vcodes2.download(), got_vc);
-          EXPECT_EQ(ksz2.download(), got_ksz);
-          EXPECT_EQ(vsz2.download(), got_vsz);
+          const StoredPools again = prepared_pools.download();
+          for (int side = 0; side < 2; ++side) {
+            EXPECT_EQ(again.bf16[side], got.bf16[side]) << "side " << side;
+            EXPECT_EQ(again.codes[side], got.codes[side]) << "side " << side;
+            EXPECT_EQ(again.scale_zero[side], got.scale_zero[side]) << "side " << side;
+          }
         }
         std::vector<float> rotated(static_cast<std::size_t>(d)),
             stored(static_cast<std::size_t>(d));
@@ -371,7 +392,7 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
               const std::int64_t b = bslot[t], s = islot[t];
               const std::size_t brow = (static_cast<std::size_t>(b / ps) * heads + h) * ps + b % ps;
               const std::size_t irow = (static_cast<std::size_t>(s / ps) * heads + h) * ps + s % ps;
-              const auto& bf = kv == 0 ? got_kb : got_vb;
+              const auto& bf = got.bf16[kv];
               float max_abs = 0.0f, max_err = 0.0f;
               for (int e = 0; e < d; ++e) {
                 stored[e] = ref::from_bf16_bits(bf[brow * d + e]);
@@ -385,8 +406,8 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
               }
               // The INT2 row is the reference quantization of the bf16 row the kernel stored.
               ref::quantize_cache_row(stored.data(), d, clips[h], packed.data(), sz);
-              const auto& codes = kv == 0 ? got_kc : got_vc;
-              const auto& scale_zero = kv == 0 ? got_ksz : got_vsz;
+              const auto& codes = got.codes[kv];
+              const auto& scale_zero = got.scale_zero[kv];
               ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + irow * d / 4));
               ASSERT_EQ(scale_zero[irow * 2], sz[0]);
               ASSERT_EQ(scale_zero[irow * 2 + 1], sz[1]);
@@ -399,8 +420,8 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
 }
 // A side whose rotation is null arrives rotated (R folded into the projection that produced it):
 // its rows go to their BF16 slots unchanged and into their INT2 slots as the reference quantizes
-// them, whichever path the rotated side takes (small stores on the tensor cores take it along in
-// the same launch, large ones in a kernel of its own); the rotated side is stored bit for bit as a
+// them, whichever path the rotated side takes (on the tensor cores in blocks of the same launch,
+// otherwise in a kernel of its own); the rotated side is stored bit for bit as a
 // store with both rotations stores it. Destinations: both slots, BF16 only (the copy), INT2 only.
 TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -443,10 +464,6 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
     DeviceBuffer<float> rkd(rk), rvd(rv), kc(clips), vc(clips);
     DeviceBuffer<std::int64_t> bs(bslot), is(islot);
 
-    struct Pools {
-      std::vector<std::uint16_t> bf16[2], scale_zero[2];
-      std::vector<std::uint8_t> codes[2];
-    };
     // What a side that arrives rotated must hold afterwards, per destination.
     const auto expected_side = [&](const std::vector<float>& x, bool to_bf16, bool to_int2,
                                    std::vector<std::uint16_t>& bf16,
@@ -470,24 +487,12 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
         }
       }
     };
-    const auto run = [&](StoreKvParams p, Pools& out) {
-      DeviceBuffer<std::uint16_t> kb(pool_rows * d), vb(pool_rows * d), ksz(pool_rows * 2),
-          vsz(pool_rows * 2);
-      DeviceBuffer<std::uint8_t> kcodes(pool_rows * d / 4), vcodes(pool_rows * d / 4);
-      p.k_bf16 = kb.ptr;
-      p.v_bf16 = vb.ptr;
-      p.k_codes = kcodes.ptr;
-      p.v_codes = vcodes.ptr;
-      p.k_scale_zero = ksz.ptr;
-      p.v_scale_zero = vsz.ptr;
+    const auto run = [&](StoreKvParams p, StoredPools& out) {
+      const StorePools pools(pool_rows, d);
+      pools.wire(p);
       ASSERT_EQ(store_kv(p), Status::kOk) << last_error_message();
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      out.bf16[0] = kb.download();
-      out.bf16[1] = vb.download();
-      out.codes[0] = kcodes.download();
-      out.codes[1] = vcodes.download();
-      out.scale_zero[0] = ksz.download();
-      out.scale_zero[1] = vsz.download();
+      out = pools.download();
     };
 
     // The store of k and v rows (no rotations, no slots yet).
@@ -519,7 +524,7 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
         p.path = path;
         p.bf16_slot = to_bf16 ? bs.ptr : nullptr;
         p.int2_slot = to_int2 ? is.ptr : nullptr;
-        Pools full;
+        StoredPools full;
         ASSERT_NO_FATAL_FAILURE(run(p, full));
         for (const int arriving : {0, 1, 2}) {  // keys, values, both arrive rotated
           SCOPED_TRACE(::testing::Message() << "arriving rotated: " << arriving);
@@ -538,11 +543,11 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
               ASSERT_EQ(prepare_store_kv(q, prepared.ptr), Status::kOk) << last_error_message();
               r.prepared = prepared.ptr;
             }
-            Pools got;
+            StoredPools got;
             ASSERT_NO_FATAL_FAILURE(run(r, got));
             for (int side = 0; side < 2; ++side) {
               const bool as_given = arriving == 2 || arriving == side;
-              Pools want = full;
+              StoredPools want = full;
               if (as_given) {
                 expected_side(side == 0 ? k : v, to_bf16, to_int2, want.bf16[side],
                               want.codes[side], want.scale_zero[side]);
@@ -564,7 +569,7 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
     StoreKvParams p = store_of(kd1.ptr + 1, vd1.ptr + 1);
     p.bf16_slot = bs.ptr;
     p.int2_slot = is.ptr;
-    Pools got, want;
+    StoredPools got, want;
     ASSERT_NO_FATAL_FAILURE(run(p, got));
     for (int side = 0; side < 2; ++side) {
       expected_side(side == 0 ? k : v, true, true, want.bf16[side], want.codes[side],
@@ -583,7 +588,7 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
         q.path = path;
         q.bf16_slot = bs.ptr;
         q.int2_slot = is.ptr;
-        Pools in_launch, after;
+        StoredPools in_launch, after;
         ASSERT_NO_FATAL_FAILURE(run(q, in_launch));
         q.v = vd1.ptr + 1;
         ASSERT_NO_FATAL_FAILURE(run(q, after));
