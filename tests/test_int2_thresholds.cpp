@@ -254,7 +254,7 @@ template <int D>
 bool check_thread_row(const std::vector<float>& x, float ratio, ThreadTally& tally) {
   const int k = static_cast<int>(oscar::int2::clip_index(D, ratio));
   const int r = D - 1 - k;
-  if (int2r::top_length(r) == 0) return true;  // the warp path's case
+  if (int2r::top_length<D>(r) == 0) return true;  // the warp path's case
   unsigned w[D / 2];
   to_words<D>(x, w);
   const unsigned key = int2r::threshold_key<D>(w, r);
@@ -296,7 +296,8 @@ bool check_thread_row(const std::vector<float>& x, float ratio, ThreadTally& tal
 
 template <int D>
 void check_thread_rows(std::mt19937& rng) {
-  // Clip ratios covering every top-list length at each size (r + 1 from 1 to 16) and one past it.
+  // Clip ratios covering every top-list length at each size (r + 1 from 1 to kTopMax<D>: 16, 32
+  // at d 256) and one past it.
   const float ratios[] = {1.0f, 0.99f, 0.97f, 0.96f, 0.94f, 0.92f, 0.9f, 0.88f, 0.85f, 0.8f, 0.75f};
   constexpr int kRowsPerCase = 1500 * 128 / D;
   for (int kind = 0; kind < static_cast<int>(Kind::kCount); ++kind) {
@@ -373,7 +374,7 @@ void check_selection(std::mt19937& rng) {
     }
     std::vector<unsigned> sorted = key;
     std::sort(sorted.begin(), sorted.end(), std::greater<unsigned>());
-    for (int r = 0; r < int2r::kTopMax; ++r) {
+    for (int r = 0; r < int2r::kTopMax<D>; ++r) {
       ASSERT_EQ(int2r::threshold_key<D>(w, r), sorted[r])
           << "d " << D << ", pattern " << pattern << ", row " << row << ", r " << r;
     }

@@ -2350,7 +2350,8 @@ __device__ void store_rows_of_warp(const StoreKvParams& p, bool is_key, int head
       for (int i = 0; i < D / 8; ++i)
         dst[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
     }
-    const bool thread_path = clip_k >= 0 && int2r::top_length(D - 1 - clip_k) > 0;  // warp-uniform
+    const bool thread_path =
+        clip_k >= 0 && int2r::top_length<D>(D - 1 - clip_k) > 0;  // warp-uniform
     const bool stored =
         int2_row < 0 || (thread_path && int2q::store_row_thread<D>(w, clip_k, codes_pool,
                                                                    scale_zero_pool, int2_row));
@@ -2452,7 +2453,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
   }
 
   const int clip_k = int2q::clip_position<D>(clip);
-  const bool thread_path = clip_k >= 0 && int2r::top_length(D - 1 - clip_k) > 0;
+  const bool thread_path = clip_k >= 0 && int2r::top_length<D>(D - 1 - clip_k) > 0;
   // Turns at the tensor pipe (warpgroup MMA): warpgroup g starts a tile's products only once
   // warpgroup g - 1 has issued its own for the same step (warpgroup 0 waits for the last one's
   // previous step), through a ring of named barriers 1 .. kGroups, each met by 256 threads: the

@@ -699,8 +699,8 @@ __device__ __forceinline__ void unpack_words(const uint4& v, unsigned* w) {
   w[3] = v.w;
 }
 
-// Quantizes the row this thread holds (bf16 pairs; clip position k with int2r::top_length(D - 1 -
-// k) > 0) and stores it at `row` of the pools: the codes as 16-byte vectors (16-byte aligned
+// Quantizes the row this thread holds (bf16 pairs; clip position k with int2r::top_length<D>(D -
+// 1 - k) > 0) and stores it at `row` of the pools: the codes as 16-byte vectors (16-byte aligned
 // pool), (scale, zero) as one word. Returns false, storing nothing, for a row the threshold form
 // declines (the caller quantizes it with the warp).
 template <int D>
@@ -772,7 +772,7 @@ __global__ void __launch_bounds__(kRowwiseWarps * 32)
                << page_size_log2) +
               offset;
   }
-  const bool thread_path = k >= 0 && int2r::top_length(D - 1 - k) > 0;  // warp-uniform
+  const bool thread_path = k >= 0 && int2r::top_length<D>(D - 1 - k) > 0;  // warp-uniform
   bool stored = false;
   if (thread_path) {
     unsigned w[D / 2];

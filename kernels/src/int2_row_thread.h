@@ -22,8 +22,12 @@
 namespace int2r {
 
 // The longest top list (r + 1 keys) a thread keeps; clip positions further from the top take
-// another path.
-constexpr int kTopMax = 16;
+// another path. At d 256 the method's default value clip (0.92) is 20 positions from the top:
+// lists of 32 keys keep it on this path (lists of 16 sent every such row to the warp, at a third
+// of the speed). At d 128 lists of 16 reach clip 0.875 (d 64: 0.75); longer ones would cost the
+// tensor-core store, at its 128-register limit, for clips the method does not use.
+template <int D>
+constexpr int kTopMax = D == 256 ? 32 : 16;
 
 // Halfwise unsigned 16-bit maximum and minimum of two words.
 INT2R_FN unsigned max_u16x2(unsigned a, unsigned b) {
@@ -127,10 +131,12 @@ INT2R_FN void range_update(unsigned& low, unsigned& high, unsigned w) {
 #endif
 }
 
-// The top-list length used for position r from the top: the smallest of 1, 3, 8 and kTopMax that
-// holds r + 1 keys (one list code path per length), or 0 when r >= kTopMax.
+// The top-list length used for position r from the top: the smallest of 1, 3, 8, 16 and
+// kTopMax<D> that holds r + 1 keys (one list code path per length), or 0 when r >=
+// kTopMax<D>.
+template <int D>
 INT2R_FN int top_length(int r) {
-  return r < 1 ? 1 : r < 3 ? 3 : r < 8 ? 8 : r < kTopMax ? kTopMax : 0;
+  return r < 1 ? 1 : r < 3 ? 3 : r < 8 ? 8 : r < 16 ? 16 : r < kTopMax<D> ? kTopMax<D> : 0;
 }
 
 // The two magnitude keys of a word for the clip selection, as 16-bit halves: 2 |x| in each, plus
@@ -209,7 +215,7 @@ INT2R_FN void bitonic_sort(unsigned (&c)[L]) {
   }
 }
 
-// The r-th largest (0-based, r < L) 15-bit magnitude key, for the longer lists (L = 8 or 16): the
+// The r-th largest (0-based, r < L) 15-bit magnitude key, for the longer lists (L = 8 to 32): the
 // row's keys go in sorted blocks of 8 words into two descending top-L lists (low and high halves),
 // each block merged by the bitonic rule (the L largest of a descending list A and an ascending
 // list B are max(A[i], B[i]), a bitonic sequence, sorted by Batcher's merger); the two halves'
@@ -219,7 +225,7 @@ INT2R_FN void bitonic_sort(unsigned (&c)[L]) {
 // insertion, 524 with blocks; the packed min / max run on the integer pipe, its busiest).
 template <int D, int L>
 INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
-  static_assert(L == 8 || L == 16, "lists of 8 or 16 keys");
+  static_assert(L == 8 || L == 16 || L == 32, "lists of 8, 16 or 32 keys");
   static_assert((D / 2) % 8 == 0, "whole blocks of 8 words");
   unsigned top[L], first[8];
   INT2R_UNROLL
@@ -253,20 +259,22 @@ INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
   return key >> 1;
 }
 
-// The clip threshold's key for position r from the top, 0 <= r < kTopMax (top_length(r) > 0); the
+// The clip threshold's key for position r from the top, 0 <= r < kTopMax<D> (top_length > 0); the
 // switch is uniform across a warp whose rows share a clip ratio. Lists of 1 and 3 keys take
 // insertion, longer ones sorted blocks.
 template <int D>
 INT2R_FN unsigned threshold_key(const unsigned (&w)[D / 2], int r) {
-  switch (top_length(r)) {
+  switch (top_length<D>(r)) {
     case 1:
       return top_key<D, 1>(w, r);
     case 3:
       return top_key<D, 3>(w, r);
     case 8:
       return top_key_blocks<D, 8>(w, r);
-    default:
+    case 16:
       return top_key_blocks<D, 16>(w, r);
+    default:
+      return top_key_blocks<D, kTopMax<D>>(w, r);
   }
 }
 
