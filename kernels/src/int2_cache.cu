@@ -2426,7 +2426,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
   // no turns, so that one launch stores both sides at every size. The rows are the input's bits,
   // quantized by the same row quantizer as store_kv_rows_kernel's (the same bits). (The side as
   // a template parameter, two bodies in one kernel, spilled 68-396 bytes; this flag costs the
-  // mma.sync build 8.)
+  // mma.sync build an 8-byte spill.)
   const bool rotating = (is_key ? p.k_rotation : p.v_rotation) != nullptr;
   const int tc_blocks = rotating ? static_cast<int>(gridDim.x) : arriving_blocks;
   if (static_cast<int>(blockIdx.x) >= tc_blocks) return;
