@@ -94,6 +94,23 @@ struct StorePools {
   }
 };
 
+// A store of `tokens` rows of k and v per KV head with its shape and clip ratios set (no
+// rotations, slots or pools yet).
+oscar::kernels::StoreKvParams store_params(std::int64_t tokens, int heads, int d, int page_size,
+                                           const std::uint16_t* k, const std::uint16_t* v,
+                                           const float* k_clip, const float* v_clip) {
+  oscar::kernels::StoreKvParams p;
+  p.num_tokens = tokens;
+  p.num_kv_heads = heads;
+  p.head_dim = d;
+  p.page_size = page_size;
+  p.k = k;
+  p.v = v;
+  p.k_clip = k_clip;
+  p.v_clip = v_clip;
+  return p;
+}
+
 // Random rows with heavy-tailed outliers (a few channels 10x larger), rounded to bf16.
 std::vector<float> random_rows(std::int64_t rows, std::int64_t d, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -323,21 +340,13 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
                      : path == StoreKvPath::kTensorCore ? "tensor-core path"
                                                         : "mma.sync tensor-core path");
         const StorePools pools(pool_rows, d);
-        StoreKvParams p;
-        p.num_tokens = tokens;
-        p.num_kv_heads = heads;
-        p.head_dim = d;
-        p.page_size = ps;
-        p.k = kd.ptr;
-        p.v = vd.ptr;
+        StoreKvParams p = store_params(tokens, heads, d, ps, kd.ptr, vd.ptr, kc.ptr, vc.ptr);
         p.k_rotation = rkd.ptr;
         p.v_rotation = rvd.ptr;
         p.k_mean = centred ? kmd.ptr : nullptr;
         p.k_smooth = centred ? ksd.ptr : nullptr;
         p.v_mean = centred ? vmd.ptr : nullptr;
         p.path = path;
-        p.k_clip = kc.ptr;
-        p.v_clip = vc.ptr;
         p.bf16_slot = bs.ptr;
         p.int2_slot = is.ptr;
         pools.wire(p);
@@ -497,16 +506,7 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
 
     // The store of k and v rows (no rotations, no slots yet).
     const auto store_of = [&](const std::uint16_t* k_rows, const std::uint16_t* v_rows) {
-      StoreKvParams p;
-      p.num_tokens = tokens;
-      p.num_kv_heads = heads;
-      p.head_dim = d;
-      p.page_size = ps;
-      p.k = k_rows;
-      p.v = v_rows;
-      p.k_clip = kc.ptr;
-      p.v_clip = vc.ptr;
-      return p;
+      return store_params(tokens, heads, d, ps, k_rows, v_rows, kc.ptr, vc.ptr);
     };
     std::vector<StoreKvPath> paths = {StoreKvPath::kAuto, StoreKvPath::kFloat32};
     if (d != 256) {

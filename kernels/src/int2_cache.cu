@@ -2815,6 +2815,15 @@ Status launch_store_kv_rows(const StoreKvParams& p, int sides, bool vectors) {
   return Status::kOk;
 }
 
+// Whether the pools a store writes take its vector accesses: BF16 rows and codes as 16-byte
+// vectors, (scale, zero) pairs as 4-byte words (pools of a slot mapping left null are not read).
+bool store_pools_aligned(const StoreKvParams& p) {
+  return (p.bf16_slot == nullptr || (is_aligned(p.k_bf16, 16) && is_aligned(p.v_bf16, 16))) &&
+         (p.int2_slot == nullptr ||
+          (is_aligned(p.k_codes, 16) && is_aligned(p.v_codes, 16) &&
+           is_aligned(p.k_scale_zero, 4) && is_aligned(p.v_scale_zero, 4)));
+}
+
 bool is_device_pointer(const void* ptr) {
   if (ptr == nullptr) return false;
   cudaPointerAttributes attr{};
@@ -2874,11 +2883,8 @@ Status store_kv(const StoreKvParams& p) {
   const int arriving_sides = 2 - rotated_sides(p);
   const bool arriving =
       arriving_sides > 0 && p.num_tokens > 0 && (p.bf16_slot != nullptr || p.int2_slot != nullptr);
-  const bool vectors =
-      (p.k_rotation != nullptr || aligned(p.k)) && (p.v_rotation != nullptr || aligned(p.v)) &&
-      (p.bf16_slot == nullptr || (aligned(p.k_bf16) && aligned(p.v_bf16))) &&
-      (p.int2_slot == nullptr || (aligned(p.k_codes) && aligned(p.v_codes) &&
-                                  is_aligned(p.k_scale_zero, 4) && is_aligned(p.v_scale_zero, 4)));
+  const bool vectors = (p.k_rotation != nullptr || aligned(p.k)) &&
+                       (p.v_rotation != nullptr || aligned(p.v)) && store_pools_aligned(p);
   // The rotated sides first, so that a refused path launches nothing; the tensor-core kernel takes
   // an arriving side along in the same launch.
   bool arriving_stored = !arriving;
@@ -2903,12 +2909,9 @@ namespace {
 // and then sets arriving_stored.
 Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
   const auto aligned = [](const void* ptr) { return is_aligned(ptr, 16); };
-  const bool tc_aligned =
-      (p.k_rotation == nullptr || aligned(p.k)) && (p.v_rotation == nullptr || aligned(p.v)) &&
-      aligned(p.k_rotation) && aligned(p.v_rotation) &&
-      (p.bf16_slot == nullptr || (aligned(p.k_bf16) && aligned(p.v_bf16))) &&
-      (p.int2_slot == nullptr || (aligned(p.k_codes) && aligned(p.v_codes) &&
-                                  is_aligned(p.k_scale_zero, 4) && is_aligned(p.v_scale_zero, 4)));
+  const bool tc_aligned = (p.k_rotation == nullptr || aligned(p.k)) &&
+                          (p.v_rotation == nullptr || aligned(p.v)) && aligned(p.k_rotation) &&
+                          aligned(p.v_rotation) && store_pools_aligned(p);
   const bool hopper = device_compute_major() == 9;
   StoreKvPath path = p.path;
   if (path == StoreKvPath::kAuto) {
