@@ -331,10 +331,11 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
           vc(clips);
       DeviceBuffer<std::int64_t> bs(bslot), is(islot);
       const std::size_t pool_rows = static_cast<std::size_t>(pool_pages) * heads * ps;
-      // The tensor-core paths: the warpgroup MMA on Hopper (mma.sync elsewhere) and mma.sync.
-      std::vector<StoreKvPath> paths = {StoreKvPath::kFloat32};
-      if (d != 256)
-        paths.insert(paths.end(), {StoreKvPath::kTensorCore, StoreKvPath::kTensorCoreSync});
+      // The tensor-core paths: the warpgroup MMA on Hopper (mma.sync elsewhere) and mma.sync; at
+      // d 256 the warpgroup MMA only, with the rotation prepared (where it runs: Hopper).
+      std::vector<StoreKvPath> paths = {StoreKvPath::kFloat32, StoreKvPath::kTensorCore};
+      if (d != 256) paths.push_back(StoreKvPath::kTensorCoreSync);
+      DeviceBuffer<std::uint8_t> prepared(store_kv_prepared_bytes(heads, d));
       for (const StoreKvPath path : paths) {
         SCOPED_TRACE(path == StoreKvPath::kFloat32      ? "float32 path"
                      : path == StoreKvPath::kTensorCore ? "tensor-core path"
@@ -350,7 +351,16 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
         p.bf16_slot = bs.ptr;
         p.int2_slot = is.ptr;
         pools.wire(p);
-        ASSERT_EQ(store_kv(p), Status::kOk) << last_error_message();
+        const bool streamed = d == 256 && path == StoreKvPath::kTensorCore;
+        if (streamed) {
+          ASSERT_EQ(prepare_store_kv(p, prepared.ptr), Status::kOk) << last_error_message();
+          p.prepared = prepared.ptr;
+          const Status status = store_kv(p);
+          if (status == Status::kUnsupported) continue;  // not a Hopper GPU
+          ASSERT_EQ(status, Status::kOk) << last_error_message();
+        } else {
+          ASSERT_EQ(store_kv(p), Status::kOk) << last_error_message();
+        }
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const StoredPools got = pools.download();
         if (path == StoreKvPath::kFloat32) {
@@ -365,12 +375,9 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           EXPECT_EQ(column_pools.bf16[0].download(), got.bf16[0]) << "column path, keys";
           EXPECT_EQ(column_pools.bf16[1].download(), got.bf16[1]) << "column path, values";
-        } else {
+        } else if (!streamed) {
           // The same store with the rotation prepared once gives the same bits: the blocks copy
           // in what they would have built.
-          const std::size_t prepared_bytes = store_kv_prepared_bytes(heads, d);
-          ASSERT_GT(prepared_bytes, 0u);
-          DeviceBuffer<std::uint8_t> prepared(prepared_bytes);
           ASSERT_EQ(prepare_store_kv(p, prepared.ptr), Status::kOk) << last_error_message();
           const StorePools prepared_pools(pool_rows, d);
           StoreKvParams q = p;
@@ -509,10 +516,19 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
       return store_params(tokens, heads, d, ps, k_rows, v_rows, kc.ptr, vc.ptr);
     };
     std::vector<StoreKvPath> paths = {StoreKvPath::kAuto, StoreKvPath::kFloat32};
-    if (d != 256) {
-      paths.push_back(StoreKvPath::kTensorCore);
-      paths.push_back(StoreKvPath::kTensorCoreSync);
-    }
+    // At d 256 the tensor-core store (Hopper) streams a prepared rotation: every store on that
+    // path passes one, built for both sides (a side arriving rotated leaves its entries unread).
+    const std::size_t prepared_bytes = store_kv_prepared_bytes(heads, d);
+    DeviceBuffer<std::uint8_t> both_prepared(prepared_bytes);
+    StoreKvParams probe = store_of(kd.ptr, vd.ptr);
+    probe.k_rotation = rkd.ptr;
+    probe.v_rotation = rvd.ptr;
+    ASSERT_EQ(prepare_store_kv(probe, both_prepared.ptr), Status::kOk) << last_error_message();
+    probe.num_tokens = 0;
+    probe.path = StoreKvPath::kTensorCore;
+    probe.prepared = both_prepared.ptr;
+    if (d != 256 || store_kv(probe) == Status::kOk) paths.push_back(StoreKvPath::kTensorCore);
+    if (d != 256) paths.push_back(StoreKvPath::kTensorCoreSync);
     for (const StoreKvPath path : paths) {
       for (const int destination : {0, 1, 2}) {  // both slots, BF16 only, INT2 only
         SCOPED_TRACE(::testing::Message()
@@ -524,6 +540,8 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
         p.path = path;
         p.bf16_slot = to_bf16 ? bs.ptr : nullptr;
         p.int2_slot = to_int2 ? is.ptr : nullptr;
+        const bool streamed = d == 256 && path == StoreKvPath::kTensorCore;
+        if (streamed) p.prepared = both_prepared.ptr;
         StoredPools full;
         ASSERT_NO_FATAL_FAILURE(run(p, full));
         for (const int arriving : {0, 1, 2}) {  // keys, values, both arrive rotated
@@ -532,11 +550,9 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
           if (arriving != 1) q.k_rotation = nullptr;
           if (arriving != 0) q.v_rotation = nullptr;
           // On the tensor cores also with the rotation prepared for the rotated side only.
-          const std::size_t prepared_bytes = store_kv_prepared_bytes(heads, d);
-          DeviceBuffer<std::uint8_t> prepared(std::max<std::size_t>(1, prepared_bytes));
+          DeviceBuffer<std::uint8_t> prepared(prepared_bytes);
           for (const bool with_prepared : {false, true}) {
-            if (with_prepared && (path != StoreKvPath::kTensorCore || prepared_bytes == 0))
-              continue;
+            if (with_prepared && path != StoreKvPath::kTensorCore) continue;
             SCOPED_TRACE(with_prepared ? "rotation prepared" : "rotation not prepared");
             StoreKvParams r = q;
             if (with_prepared) {
@@ -915,8 +931,8 @@ TEST(Int2Kernels, RejectBadArguments) {
   s.page_size = 12;
   EXPECT_EQ(store_kv(s), Status::kInvalidArgument);
   {
-    // The tensor-core store: head_dim 64 / 128 only, 16-byte aligned inputs and pools; refused
-    // before anything is read (no tokens; the addresses are never dereferenced).
+    // The tensor-core store: 16-byte aligned inputs and pools, a prepared rotation at d 256;
+    // refused before anything is read (no tokens; the addresses are never dereferenced).
     alignas(16) static std::uint8_t bytes[64];
     alignas(16) static float rotation[4];
     StoreKvParams t;
@@ -926,7 +942,12 @@ TEST(Int2Kernels, RejectBadArguments) {
     t.k = t.v = reinterpret_cast<const bf16_bits*>(bytes);
     t.k_rotation = t.v_rotation = rotation;
     t.path = StoreKvPath::kTensorCore;
+    // At head_dim 256 the tensor-core store streams a prepared rotation, and has no mma.sync form.
+    EXPECT_EQ(store_kv(t), Status::kInvalidArgument);
+    EXPECT_NE(std::string(last_error_message()).find("prepare_store_kv"), std::string::npos);
+    t.path = StoreKvPath::kTensorCoreSync;
     EXPECT_EQ(store_kv(t), Status::kUnsupported);
+    t.path = StoreKvPath::kTensorCore;
     t.head_dim = 128;
     EXPECT_EQ(store_kv(t), Status::kOk);  // nothing to store
     t.v = reinterpret_cast<const bf16_bits*>(bytes + 2);
@@ -980,11 +1001,12 @@ TEST(Int2Kernels, RejectBadArguments) {
     }
     // The prepared rotation: sizes, and refusals before anything is launched.
     EXPECT_EQ(store_kv_prepared_bytes(8, 128), std::size_t{2} * 8 * (4 * 128 * 128 + 4 * 128));
-    EXPECT_EQ(store_kv_prepared_bytes(8, 256), 0u);
+    EXPECT_EQ(store_kv_prepared_bytes(8, 256), std::size_t{2} * 8 * (4 * 256 * 256 + 4 * 256));
+    EXPECT_EQ(store_kv_prepared_bytes(8, 96), 0u);
     EXPECT_EQ(store_kv_prepared_bytes(0, 128), 0u);
     EXPECT_EQ(prepare_store_kv(t, nullptr), Status::kInvalidArgument);
     EXPECT_EQ(prepare_store_kv(t, bytes + 8), Status::kInvalidArgument);
-    t.head_dim = 256;
+    t.head_dim = 96;
     EXPECT_EQ(prepare_store_kv(t, bytes), Status::kUnsupported);
   }
   DemotePagesParams dp;

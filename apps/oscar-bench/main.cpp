@@ -428,8 +428,18 @@ int main(int argc, char** argv) {
     // Tensor cores: mma.sync, then the default kernel (the warpgroup MMA on Hopper), building R'
     // from R in every block and then with the rotation prepared once (prepare_store_kv), as an
     // engine stores with it (PagedInt2Attention prepares one per layer).
+    // At head_dim 256 the tensor-core store is the warpgroup MMA streaming the prepared rotation
+    // (Hopper only; elsewhere the float32 path serves it).
     Buffer prepared(store_kv_prepared_bytes(hkv, d));
-    if (d != 256 && prepare_store_kv(p, prepared.ptr) != Status::kOk) die("prepare_store_kv");
+    if (prepare_store_kv(p, prepared.ptr) != Status::kOk) die("prepare_store_kv");
+    bool tc256 = false;
+    if (d == 256) {
+      StoreKvParams probe = p;
+      probe.num_tokens = 0;
+      probe.path = StoreKvPath::kTensorCore;
+      probe.prepared = prepared.ptr;
+      tc256 = store_kv(probe) == Status::kOk;
+    }
     // Then the sides that arrive rotated (StoreKvParams' rotation null): the values, as from an
     // engine that folds R_V into v_proj, and both sides (the quantize-and-pack alone).
     enum class Arriving { kNone, kValues, kBoth };
@@ -446,6 +456,13 @@ int main(int argc, char** argv) {
                   {{StoreKvPath::kTensorCoreSync, false, "tensor cores (mma.sync)"},
                    {StoreKvPath::kTensorCore, false, "tensor cores"},
                    {StoreKvPath::kTensorCore, true, "tensor cores, rotation prepared"}});
+      runs.push_back(
+          {StoreKvPath::kAuto, true, "the default path, rotation prepared", Arriving::kNone, true});
+      runs.push_back({StoreKvPath::kAuto, true,
+                      "keys on the default path, prepared; values arrive rotated",
+                      Arriving::kValues});
+    } else if (tc256) {
+      runs.push_back({StoreKvPath::kTensorCore, true, "tensor cores, rotation prepared"});
       runs.push_back(
           {StoreKvPath::kAuto, true, "the default path, rotation prepared", Arriving::kNone, true});
       runs.push_back({StoreKvPath::kAuto, true,
@@ -507,8 +524,8 @@ int main(int argc, char** argv) {
     // the latency floor of each path and where one overtakes the other (StoreKvPath::kAuto's
     // choice rests on it).
     {
-      // Columns of the table: a path, with or without the prepared rotation (head_dim 256 has no
-      // tensor-core path and so no prepared rotation).
+      // Columns of the table: a path, with or without the prepared rotation (head_dim 256 has
+      // its tensor-core path only with one, and on Hopper).
       struct SweepColumn {
         StoreKvPath path;
         bool prepared;
@@ -531,6 +548,13 @@ int main(int argc, char** argv) {
         columns.insert(columns.end(),
                        {{StoreKvPath::kAuto, false, "auto", "auto"},
                         {StoreKvPath::kAuto, false, "auto, V rot.", "auto_v_arriving", true}});
+        if (tc256) {
+          columns.insert(
+              columns.end(),
+              {{StoreKvPath::kTensorCore, true, "prep. tensor c.", "prepared_tensor_core"},
+               {StoreKvPath::kAuto, true, "prep. auto", "prepared_auto"},
+               {StoreKvPath::kAuto, true, "prep. auto, V rot.", "prepared_auto_v_arriving", true}});
+        }
       }
       fmt::print(
           "store time by token count (us; INT2 / BF16 destination; \"prep.\": the rotation "

@@ -2078,6 +2078,54 @@ __device__ __forceinline__ void register_fence(std::uint32_t& x) {
 }
 #endif
 
+// The rows of a warp's tile that the row-per-thread quantizer declined (`declined` on their
+// lanes), quantized by the whole warp from the lanes' registers: lane l takes elements l + 32 m,
+// the low (even l) or high half of word l / 2 + 16 m of the row's lane.
+template <int D>
+__device__ __forceinline__ void quantize_declined_rows(const unsigned (&w)[D / 2], std::int64_t row,
+                                                       bool declined, float clip,
+                                                       std::uint8_t* codes_pool,
+                                                       bf16_bits* scale_zero_pool) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  for (unsigned rest = __ballot_sync(kFullMask, declined); rest != 0; rest &= rest - 1) {
+    const int r = __ffs(rest) - 1;
+    const std::int64_t dst_row = __shfl_sync(kFullMask, row, r);
+    float rotated[D / 32];
+#pragma unroll
+    for (int m = 0; m < D / 32; ++m) {
+      unsigned word = 0;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const unsigned v = __shfl_sync(kFullMask, w[16 * m + j], r);
+        if ((lane >> 1) == j) word = v;
+      }
+      rotated[m] = __uint_as_float((lane & 1) != 0 ? word & 0xffff0000u : word << 16);
+    }
+    quantize_row_bf16<D>(rotated, clip, codes_pool + dst_row * (D / 4),
+                         scale_zero_pool + 2 * dst_row);
+  }
+}
+
+// A tile of few rows (a decode step's), quantized row by row by the whole warp (a row per thread
+// is a long serial chain there): row r of the tile goes to pool row `row` of lane r (< 0: none);
+// element(r, i) reads element i of the tile's rotated row r from shared memory.
+template <int D, typename Element>
+__device__ __forceinline__ void quantize_rows_by_warp(std::int64_t row, float clip,
+                                                      std::uint8_t* codes_pool,
+                                                      bf16_bits* scale_zero_pool,
+                                                      const Element& element) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  for (unsigned rest = __ballot_sync(kFullMask, row >= 0); rest != 0; rest &= rest - 1) {
+    const int r = __ffs(rest) - 1;
+    const std::int64_t dst_row = __shfl_sync(kFullMask, row, r);
+    float rotated[D / 32];
+#pragma unroll
+    for (int m = 0; m < D / 32; ++m) rotated[m] = __bfloat162float(element(r, lane + 32 * m));
+    quantize_row_bf16<D>(rotated, clip, codes_pool + dst_row * (D / 4),
+                         scale_zero_pool + 2 * dst_row);
+  }
+}
+
 // Issues (and commits) the copies of one warp's tile: its rows as they are (zero rows past the
 // store's tokens) and its tokens' BF16 and INT2 slots beside them (read from shared memory only for
 // tokens below the tile's count).
@@ -2642,38 +2690,10 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 #else
             row >= 0 && int2q::store_row_thread<D>(w, clip_k, codes_pool, scale_zero_pool, row);
 #endif
-        // A declined row comes from its lane's registers: lane l takes elements l + 32 m, the
-        // low (even l) or high half of word l / 2 + 16 m.
-        for (unsigned rest = __ballot_sync(kFullMask, row >= 0 && !stored); rest != 0;
-             rest &= rest - 1) {
-          const int r = __ffs(rest) - 1;
-          const std::int64_t dst_row = __shfl_sync(kFullMask, row, r);
-          float rotated[D / 32];
-#pragma unroll
-          for (int m = 0; m < D / 32; ++m) {
-            unsigned word = 0;
-#pragma unroll
-            for (int j = 0; j < 16; ++j) {
-              const unsigned v = __shfl_sync(kFullMask, w[16 * m + j], r);
-              if ((lane >> 1) == j) word = v;
-            }
-            rotated[m] = __uint_as_float((lane & 1) != 0 ? word & 0xffff0000u : word << 16);
-          }
-          quantize_row_bf16<D>(rotated, clip, codes_pool + dst_row * (D / 4),
-                               scale_zero_pool + 2 * dst_row);
-        }
+        quantize_declined_rows<D>(w, row, row >= 0 && !stored, clip, codes_pool, scale_zero_pool);
       } else {
-        for (unsigned rest = __ballot_sync(kFullMask, row >= 0); rest != 0; rest &= rest - 1) {
-          const int r = __ffs(rest) - 1;
-          const std::int64_t dst_row = __shfl_sync(kFullMask, row, r);
-          float rotated[D / 32];
-#pragma unroll
-          for (int m = 0; m < D / 32; ++m) {
-            rotated[m] = __bfloat162float(tile_rows[r * P + lane + 32 * m]);
-          }
-          quantize_row_bf16<D>(rotated, clip, codes_pool + dst_row * (D / 4),
-                               scale_zero_pool + 2 * dst_row);
-        }
+        quantize_rows_by_warp<D>(row, clip, codes_pool, scale_zero_pool,
+                                 [&](int r, int i) { return tile_rows[r * P + i]; });
       }
     }
     if (!copies_issued && next_tile < tiles) {
@@ -2695,47 +2715,438 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// store_kv at head_dim 256 on Hopper (warpgroup MMA, sm_90a builds). R'^T's two bf16 terms take
+// 256 KB there, more than a multiprocessor's shared memory, so they are not held: the prepared
+// rotation (prepare_store_kv, required) keeps R'^T in k-steps of 16 rows (both terms, 16 KB), and
+// a block streams those chunks through a ring in shared memory, one bulk copy each, counted on an
+// mbarrier per slot, while its two warpgroups multiply: each k-step is one m64n256k16 per term
+// per warpgroup, A (the block's rows) and B (the chunk) read from shared memory by the MMA, the
+// accumulators (64 rows x 256 columns a warpgroup, 128 registers a thread) kept over all 16
+// k-steps. A block tile is 256 tokens of one (K or V, KV head): two rounds of 128 rows (64 a
+// warpgroup), so that every R' chunk read from L2 serves 128 rows; the rotated rows go back into
+// the tile (bf16, in place) and then each warp stores and quantizes 32 of them, one row per
+// thread, as the head_dim 64 / 128 kernel does, while its rows of the next tile are copied in.
+// Chunks run ahead across rounds and tiles (the ring does not drain between them).
+constexpr int kStore256Warps = 8;
+constexpr int kStore256Tokens = kStore256Warps * 32;         // a block tile: 32 rows a warp
+constexpr int kStore256Stages = 4;                           // R' chunks in the ring
+constexpr int kStore256KSteps = 256 / 16;                    // R' chunks: k-steps of 16
+constexpr unsigned kStore256ChunkBytes = 2u * 16 * 256 * 2;  // both terms, bf16
+
+struct Store256Layout {
+  // The tile in 8 x 8 core-matrix order (element (r, c) at store256_index(r, c)), the R' ring,
+  // b, each warp's token slots (BF16 then INT2), the ring's mbarriers.
+  static constexpr std::size_t kTileBytes = std::size_t{kStore256Tokens} * 256 * 2;
+  static constexpr std::size_t kRingBytes = std::size_t{kStore256Stages} * kStore256ChunkBytes;
+  static constexpr std::size_t kBiasBytes = 256 * sizeof(float);
+  static constexpr std::size_t kSlotBytes = std::size_t{2} * kStore256Tokens * sizeof(std::int64_t);
+  static constexpr std::size_t kBarrierBytes = 16 * sizeof(std::uint64_t);
+  static constexpr std::size_t kRing = kTileBytes;
+  static constexpr std::size_t kBias = kRing + kRingBytes;
+  static constexpr std::size_t kSlots = kBias + kBiasBytes;
+  static constexpr std::size_t kBarriers = kSlots + kSlotBytes;
+  static constexpr std::size_t kBytes = kBarriers + kBarrierBytes;
+  static_assert(kStore256Stages <= 16, "one mbarrier a slot");
+};
+
+// Element (column n, row k) of R'^T in a prepared head_dim 256 entry: chunk k / 16 (16 KB: the
+// high term, then the low term at +8 KB), in it core matrix (n / 8, (k % 16) / 8).
+__host__ __device__ constexpr int store256_rt_index(int n, int k, bool low) {
+  return (k / 16) * (kStore256ChunkBytes / 2) + (low ? 16 * 256 : 0) +
+         ((n / 8) * 2 + (k % 16) / 8) * 64 + (n % 8) * 8 + k % 8;
+}
+
+#if OSCAR_STORE_WGMMA
+__device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count)
+               : "memory");
+}
+// Arms the barrier for one phase of `bytes` bytes and issues their bulk copy (global -> shared).
+__device__ __forceinline__ void bulk_copy_counted(void* dst, const void* src, unsigned bytes,
+                                                  std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)),
+               "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar))
+      : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.b32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+// D (m64 x n256, float) += A (m64 x k16 bf16) x B (k16 x n256 bf16), both from shared memory
+// (K-major, no swizzle: descriptors as wgmma_descriptor builds them).
+__device__ __forceinline__ void wgmma_bf16_ss_n256(float (&d)[128], std::uint64_t a_desc,
+                                                   std::uint64_t b_desc, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "
+      "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "
+      "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "
+      "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, "
+      "%104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, "
+      "%118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, 0, 0;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+#endif
+
+// A 16-byte copy (zero-filled past src_bytes) between a shared-space address and a global one,
+// each plus a constant offset: a warp's 32 copies of a row group then share two base addresses.
+template <unsigned kDstOffset, unsigned kSrcOffset>
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, std::uint64_t gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes), "n"(kDstOffset), "n"(kSrcOffset));
+}
+
+#if OSCAR_STORE_WGMMA  // what only the warpgroup-MMA kernel below calls
+// Element (r, c) of a head_dim 256 tile (or of a warpgroup's rows as the MMA's A operand): core
+// matrix (r / 8, c / 8), its 8 rows of 16 bytes contiguous, K-adjacent matrices 128 bytes apart,
+// M-adjacent ones 4 KB apart.
+__device__ __forceinline__ int store256_index(int r, int c) {
+  return ((r >> 3) * 32 + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
+}
+
+// Copies in warp `warp`'s 32 rows of tile `tile` (zeros past the store's tokens) and its tokens'
+// slots; commits them as one cp.async group. Each instruction copies 4 chunks of 8 rows: 64
+// contiguous bytes of each row, 512 contiguous bytes of shared memory.
+template <int U = 0>
+__device__ __forceinline__ void store256_copy_chunks(unsigned dst, std::uint64_t src, int bytes) {
+  if constexpr (U < 8) {
+    cp_async_16_at<U * 512, U * 64>(dst, src, bytes);
+    store256_copy_chunks<U + 1>(dst, src, bytes);
+  }
+}
+__device__ __forceinline__ void store256_copy_rows(const StoreKvParams& p, const bf16_bits* src,
+                                                   int head, std::int64_t tile, int warp,
+                                                   __nv_bfloat16* tile_rows, std::int64_t* slots) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const std::int64_t token0 = tile * kStore256Tokens + warp * 32;
+  const std::int64_t left = p.num_tokens - token0;
+  const int count = left <= 0 ? 0 : left < 32 ? static_cast<int>(left) : 32;
+  if (lane < count) {
+    if (p.bf16_slot != nullptr) cp_async_8(slots + warp * 32 + lane, p.bf16_slot + token0 + lane);
+    if (p.int2_slot != nullptr) {
+      cp_async_8(slots + kStore256Tokens + warp * 32 + lane, p.int2_slot + token0 + lane);
+    }
+  }
+  const unsigned tile_base = shared_address(tile_rows);
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {  // rows 8 g + (lane & 7), chunks 4 u + (lane >> 3)
+    const int t = g * 8 + (lane & 7), c = (lane >> 3) * 8;
+    const bool live = t < count;
+    const bf16_bits* row = live ? src + ((token0 + t) * p.num_kv_heads + head) * 256 + c : src;
+    store256_copy_chunks(tile_base + 2 * store256_index(warp * 32 + t, c),
+                         reinterpret_cast<std::uint64_t>(row), live ? 16 : 0);
+  }
+  cp_async_commit();
+}
+
+// Stores warp `warp`'s 32 rotated rows of a head_dim 256 tile (the whole warp calls it): row
+// `lane` by its thread into its BF16 slot and its INT2 slot, the rows the row-per-thread quantizer
+// declines (and the rows of a tile of few) by the whole warp from the tile; then the warp's rows
+// of `next_tile` (>= 0) are copied in. The quantizer needs about every register at d 256, so the
+// copies go out only after it (issued while it held its row, as the d 64 / 128 kernel does, they
+// kept the row live for the declined ones: 7 KB of spills a thread), and the function is not
+// inlined (the kernel's loop state is saved around the call once a tile, not spilled inside it).
+__device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bool is_key, int head,
+                                                      std::int64_t tile, std::int64_t next_tile,
+                                                      float clip, __nv_bfloat16* tile_rows,
+                                                      std::int64_t* slots) {
+  constexpr int D = 256;
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int hkv = p.num_kv_heads;
+  const std::int64_t token0 = tile * kStore256Tokens + warp * 32;
+  const std::int64_t left = p.num_tokens - token0;
+  const int count = left <= 0 ? 0 : left < 32 ? static_cast<int>(left) : 32;
+  const int my_row = warp * 32 + lane;
+  const std::int64_t bf16_row = slot_pool_row(
+      p.bf16_slot != nullptr && lane < count ? slots[my_row] : -1, p.page_size, hkv, head);
+  const std::int64_t int2_row =
+      slot_pool_row(p.int2_slot != nullptr && lane < count ? slots[kStore256Tokens + my_row] : -1,
+                    p.page_size, hkv, head);
+  std::uint8_t* codes_pool = is_key ? p.k_codes : p.v_codes;
+  bf16_bits* scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
+  bf16_bits* bf16_pool = is_key ? p.k_bf16 : p.v_bf16;
+  const bf16_bits* src = is_key ? p.k : p.v;
+  const int clip_k = int2q::clip_position<D>(clip);
+  const bool thread_path = clip_k >= 0 && int2r::top_length<D>(D - 1 - clip_k) > 0;
+  const auto element = [&](int r, int i) { return tile_rows[store256_index(warp * 32 + r, i)]; };
+  bool stored = int2_row < 0;
+  if (count > kStoreTcWarpRows) {
+    unsigned w[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      int2q::unpack_words(
+          *reinterpret_cast<const uint4*>(tile_rows + store256_index(my_row, 8 * i)), &w[4 * i]);
+    }
+    if (bf16_row >= 0) {
+      uint4* dst = reinterpret_cast<uint4*>(bf16_pool + bf16_row * D);
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i)
+        dst[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    }
+    stored = stored || (thread_path && int2q::store_row_thread<D>(w, clip_k, codes_pool,
+                                                                  scale_zero_pool, int2_row));
+  } else if (bf16_row >= 0) {
+    uint4* dst = reinterpret_cast<uint4*>(bf16_pool + bf16_row * D);
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      dst[i] = *reinterpret_cast<const uint4*>(tile_rows + store256_index(my_row, 8 * i));
+  }
+  // Rows declined (and a decode step's few rows): the whole warp, one by one, from the tile.
+  quantize_rows_by_warp<D>(stored ? -1 : int2_row, clip, codes_pool, scale_zero_pool, element);
+  __syncwarp();  // the warp's rows are read: its rows of the next tile come in
+  if (next_tile >= 0) store256_copy_rows(p, src, head, next_tile, warp, tile_rows, slots);
+}
+#endif
+
+__global__ void __launch_bounds__(kStore256Warps * 32, 1)
+    store_kv_tc256_kernel(const __grid_constant__ StoreKvParams p) {
+#if OSCAR_STORE_WGMMA
+  using Layout = Store256Layout;
+  constexpr int D = 256;
+  extern __shared__ __align__(16) unsigned char store256_smem[];
+  auto* const tile_rows = reinterpret_cast<__nv_bfloat16*>(store256_smem);
+  unsigned char* const ring = store256_smem + Layout::kRing;
+  float* const bias = reinterpret_cast<float*>(store256_smem + Layout::kBias);
+  auto* const slots = reinterpret_cast<std::int64_t*>(store256_smem + Layout::kSlots);
+  auto* const full = reinterpret_cast<std::uint64_t*>(store256_smem + Layout::kBarriers);
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
+  const bool is_key = store_side_is_key(p, blockIdx.z, gridDim.z, true);
+  const bf16_bits* src = is_key ? p.k : p.v;
+  const std::int64_t tiles = (p.num_tokens + kStore256Tokens - 1) / kStore256Tokens;
+  // The launch gives every block at least one tile.
+  const std::int64_t my_tiles =
+      (tiles - blockIdx.x + gridDim.x - 1) / static_cast<std::int64_t>(gridDim.x);
+  const std::int64_t chunks = my_tiles * 2 * kStore256KSteps;  // chunks this block multiplies by
+  const auto* entry = static_cast<const unsigned char*>(p.prepared) +
+                      store_prepared_entry_offset(D, hkv, is_key, head);
+
+  store256_copy_rows(p, src, head, blockIdx.x, warp, tile_rows, slots);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStore256Stages; ++s) mbarrier_init(full + s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int s = 0; s < kStore256Stages; ++s) {
+      bulk_copy_counted(ring + s * kStore256ChunkBytes, entry + s * kStore256ChunkBytes,
+                        kStore256ChunkBytes, full + s);
+    }
+  }
+  bias[threadIdx.x] = __ldg(
+      reinterpret_cast<const float*>(entry + kStore256KSteps * kStore256ChunkBytes) + threadIdx.x);
+  const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
+  const int group = warp >> 2, group_warp = warp & 3;
+  std::int64_t q = 0;  // chunks multiplied so far
+
+  for (std::int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    // 1. The tile's rows (each warp's copies) landed, and are visible to the MMA (async proxy).
+    cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+
+    // 2. x R' - b, in two rounds of 128 rows (warpgroup g: rows 128 round + 64 g + [0, 64)).
+#pragma unroll 1
+    for (int round = 0; round < 2; ++round) {
+      const int row0 = 128 * round + 64 * group;
+      const std::uint64_t a_desc = wgmma_descriptor(tile_rows + store256_index(row0, 0), 128, 4096);
+      float acc[128];
+#pragma unroll 1
+      for (int ks = 0; ks < kStore256KSteps; ++ks, ++q) {
+        const int slot = static_cast<int>(q % kStore256Stages);
+        mbarrier_wait(full + slot, static_cast<unsigned>((q / kStore256Stages) & 1));
+        unsigned char* const chunk = ring + slot * kStore256ChunkBytes;
+        wgmma_fence();
+        // k-step ks starts 2 core matrices (256 bytes, 16 descriptor units) further along K.
+        wgmma_bf16_ss_n256(acc, a_desc + 16 * ks, wgmma_descriptor(chunk, 128, 256), ks > 0);
+        wgmma_bf16_ss_n256(acc, a_desc + 16 * ks,
+                           wgmma_descriptor(chunk + kStore256ChunkBytes / 2, 128, 256), 1);
+        wgmma_commit();
+        // The previous chunk's products are done in this warpgroup; once both are, its slot takes
+        // the chunk kStore256Stages on.
+        wgmma_wait<1>();
+        named_barrier_sync(1, kStore256Warps * 32);
+        if (threadIdx.x == 0 && q >= 1 && q - 1 + kStore256Stages < chunks) {
+          const std::int64_t next = q - 1 + kStore256Stages;
+          const int free_slot = static_cast<int>((q - 1) % kStore256Stages);
+          bulk_copy_counted(ring + free_slot * kStore256ChunkBytes,
+                            entry + (next % kStore256KSteps) * kStore256ChunkBytes,
+                            kStore256ChunkBytes, full + free_slot);
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int e = 0; e < 128; ++e) register_fence(acc[e]);
+      // The warp's 16 rows back into the tile as bf16, two n-tiles per stmatrix (as in
+      // store_kv_tc_kernel); the MMA has read them.
+      const int t = lane & 3, r = row0 + group_warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        std::uint32_t packed[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int nt = 2 * np + h, col = nt * 8 + 2 * t;
+          const float2 b = *reinterpret_cast<const float2*>(bias + col);
+          packed[2 * h] = bf16x2_bits(__fsub_rn(acc[4 * nt], b.x), __fsub_rn(acc[4 * nt + 1], b.y));
+          packed[2 * h + 1] =
+              bf16x2_bits(__fsub_rn(acc[4 * nt + 2], b.x), __fsub_rn(acc[4 * nt + 3], b.y));
+        }
+        stmatrix_x4(tile_rows + store256_index(r, np * 16 + (lane >> 4) * 8), packed);
+      }
+    }
+    __syncthreads();  // every rotated row is in the tile
+
+    // 3. The warp's 32 rows into their slots, and its rows of the next tile copied in.
+    store256_rows_of_warp(p, is_key, head, tile, tile + gridDim.x < tiles ? tile + gridDim.x : -1,
+                          clip, tile_rows, slots);
+  }
+#else
+  // Built without the warpgroup MMA: the host never launches this kernel (store256_slots).
+  __shared__ volatile int lacks_warpgroup_mma[4];
+  if (threadIdx.x == 0) lacks_warpgroup_mma[0] = 1;
+#endif
+}
+
+// Builds the prepared rotation of every (K or V, KV head) at head_dim 256 in its chunked order
+// (store256_rt_index): thread n builds column n of R' = diag(1 / s) R, split into high and low bf16
+// terms, and b[n] = sum over k of mean[k] (high + low)[k][n], in k order.
+__global__ void __launch_bounds__(256) prepare_store_kv256_kernel(StoreKvParams p, void* prepared) {
+  constexpr int D = 256;
+  const int head = static_cast<int>(blockIdx.x), n = static_cast<int>(threadIdx.x);
+  const bool is_key = store_side_is_key(p, blockIdx.y, gridDim.y, true);
+  const float* rot =
+      (is_key ? p.k_rotation : p.v_rotation) + static_cast<std::int64_t>(head) * D * D;
+  const float* mean = is_key ? p.k_mean : p.v_mean;
+  const float* smooth = is_key ? p.k_smooth : nullptr;
+  auto* entry = static_cast<unsigned char*>(prepared) +
+                store_prepared_entry_offset(D, p.num_kv_heads, is_key, head);
+  auto* terms = reinterpret_cast<__nv_bfloat16*>(entry);
+  float b = 0.0f;
+  for (int k = 0; k < D; ++k) {
+    const float r = __ldg(rot + k * D + n);  // consecutive threads, consecutive columns
+    const float folded =
+        smooth != nullptr ? __fmul_rn(r, __frcp_rn(__ldg(smooth + head * D + k))) : r;
+    __nv_bfloat16 hi, lo;
+    split_bf16(folded, hi, lo);
+    terms[store256_rt_index(n, k, false)] = hi;
+    terms[store256_rt_index(n, k, true)] = lo;
+    if (mean != nullptr)
+      b = fmaf(__ldg(mean + head * D + k), __bfloat162float(hi) + __bfloat162float(lo), b);
+  }
+  reinterpret_cast<float*>(entry + kStore256KSteps * kStore256ChunkBytes)[n] = b;
+}
+
 // The sides (keys, values) of a store that carry a rotation; the others arrive rotated.
 int rotated_sides(const StoreKvParams& p) {
   return (p.k_rotation != nullptr ? 1 : 0) + (p.v_rotation != nullptr ? 1 : 0);
 }
 
-// Multiprocessors times resident blocks of store_kv_tc_kernel<D> on the current device, worked
-// out once per device (the shared-memory opt-in and the occupancy query cost host time that a
-// store per decode step would pay every call); 0 when the device cannot give a block the
-// kernel's shared memory (or has no CUDA device).
-template <int D, bool kWarpgroupMma>
-int store_tc_slots() {
-  constexpr std::size_t kBytes = StoreTcLayout<D>::kBytes;
+// Multiprocessors times resident blocks of `kernel` (`threads` threads, `bytes` of dynamic shared
+// memory) on the current device, worked out once per device into `cache` (the shared-memory
+// opt-in and the occupancy query cost host time that a store per decode step would pay every
+// call); 0 when the device cannot give a block that shared memory (or has no CUDA device).
+int kernel_wave_slots(const void* kernel, std::size_t bytes, int threads,
+                      std::atomic<int> (&cache)[64]) {
   constexpr int kUnsupportedDevice = -1;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> cached_slots[kCachedDevices] = {};
-  int slots = device < kCachedDevices ? cached_slots[device].load(std::memory_order_relaxed) : 0;
+  int slots = device < 64 ? cache[device].load(std::memory_order_relaxed) : 0;
   if (slots == 0) {
     int sms = 0, per_sm = 0, optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
             cudaSuccess ||
-        static_cast<std::size_t>(optin) < kBytes ||
-        cudaFuncSetAttribute(store_kv_tc_kernel<D, kWarpgroupMma>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(kBytes)) != cudaSuccess ||
+        static_cast<std::size_t>(optin) < bytes ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(bytes)) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, store_kv_tc_kernel<D, kWarpgroupMma>,
-                                                      kStoreTcWarps * 32, kBytes) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes) !=
+            cudaSuccess ||
         per_sm < 1) {
       cudaGetLastError();
       slots = kUnsupportedDevice;
     } else {
       slots = sms * per_sm;
     }
-    if (device < kCachedDevices) cached_slots[device].store(slots, std::memory_order_relaxed);
+    if (device < 64) cache[device].store(slots, std::memory_order_relaxed);
   }
   return slots == kUnsupportedDevice ? 0 : slots;
+}
+
+template <int D, bool kWarpgroupMma>
+int store_tc_slots() {
+  static std::atomic<int> cache[64] = {};
+  return kernel_wave_slots(reinterpret_cast<const void*>(store_kv_tc_kernel<D, kWarpgroupMma>),
+                           StoreTcLayout<D>::kBytes, kStoreTcWarps * 32, cache);
+}
+
+// The same for store_kv_tc256_kernel, and 0 where it cannot run: a device other than Hopper, or a
+// build without its sm_90a code (that build's kernel declares a small static shared array).
+int store256_slots() {
+  static std::atomic<int> cache[64] = {};
+  if (device_compute_major() != 9) return 0;
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, store_kv_tc256_kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (attr.sharedSizeBytes != 0) return 0;
+  return kernel_wave_slots(reinterpret_cast<const void*>(store_kv_tc256_kernel),
+                           Store256Layout::kBytes, kStore256Warps * 32, cache);
+}
+
+// Launches store_kv_tc256_kernel: an equal share of one wave of blocks per (KV head, K or V),
+// each with at least one tile.
+Status launch_store_kv_tc256(const StoreKvParams& p) {
+  const int slots = store256_slots();
+  const std::int64_t tiles = (p.num_tokens + kStore256Tokens - 1) / kStore256Tokens;
+  const std::int64_t pairs = static_cast<std::int64_t>(p.num_kv_heads) * rotated_sides(p);
+  const std::int64_t blocks = std::min(tiles, std::max<std::int64_t>(1, slots / pairs));
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.num_kv_heads),
+                  static_cast<unsigned>(rotated_sides(p)));
+  store_kv_tc256_kernel<<<grid, kStore256Warps * 32, Store256Layout::kBytes, p.stream>>>(p);
+  OSCAR_CUDA_CHECK(cudaGetLastError());
+  return Status::kOk;
 }
 
 // Launches store_kv_tc_kernel<D>: as many blocks per (KV head, K or V) as fill the GPU in one wave.
@@ -2920,9 +3331,11 @@ Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
     // page); there the warpgroup MMA from kStoreWgmmaMinTokens on (mma.sync 16.6 against 17.5 us
     // for 512 tokens, wgmma 20.9 against 21.6 for 2048), and at every token count when the
     // rotation is prepared (one token 8.8 against 10.9 us, 512 tokens 11.0 against 15.6).
-    const bool tc =
-        p.head_dim != 256 && tc_aligned &&
-        (p.head_dim == 64 ? store_tc_slots<64, false>() : store_tc_slots<128, false>()) > 0;
+    // head_dim 256 (no mma.sync store) takes the warpgroup MMA where it runs with a prepared
+    // rotation (32768 tokens x 8 KV heads on an H100: results page).
+    const bool tc = tc_aligned && (p.head_dim == 256 ? p.prepared != nullptr && store256_slots() > 0
+                                   : p.head_dim == 64 ? store_tc_slots<64, false>() > 0
+                                                      : store_tc_slots<128, false>() > 0);
     const bool wgmma = hopper && (p.prepared != nullptr || p.num_tokens >= kStoreWgmmaMinTokens);
     path = !tc     ? StoreKvPath::kFloat32
            : wgmma ? StoreKvPath::kTensorCore
@@ -2932,8 +3345,12 @@ Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
     // token 8.3 us against 13.3 (mma.sync), 64 tokens 10.1 against 14.0, 128 tokens 16.2 against
     // 14.0; with one, 8.3 against 8.0 (warpgroup MMA); d 256 (float32 path otherwise) one token
     // 11.3 against 44.2, 64 tokens 31.3 against 57.5.
-    if (p.int2_slot == nullptr && p.num_tokens <= kStoreColumnsMaxTokens &&
-        (path == StoreKvPath::kFloat32 || p.prepared == nullptr)) {
+    // At d 256 with a prepared rotation, up to 16 tokens (one token 11.4 against 16.2 us, 8
+    // tokens 11.7 against 16.3, 32 tokens 19.5 against 17.7).
+    const std::int64_t columns_max_tokens =
+        p.head_dim == 256 && path == StoreKvPath::kTensorCore ? 16 : kStoreColumnsMaxTokens;
+    if (p.int2_slot == nullptr && p.num_tokens <= columns_max_tokens &&
+        (path == StoreKvPath::kFloat32 || p.prepared == nullptr || p.head_dim == 256)) {
       path = StoreKvPath::kFloat32Columns;
     }
   }
@@ -2954,8 +3371,21 @@ Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
     }
   }
   if (path == StoreKvPath::kTensorCore || path == StoreKvPath::kTensorCoreSync) {
-    if (p.head_dim == 256) {
-      set_last_error("store_kv: the tensor-core path serves head_dim 64 and 128 (use kFloat32)");
+    if (p.head_dim == 256 && path == StoreKvPath::kTensorCoreSync) {
+      set_last_error("store_kv: the mma.sync store serves head_dim 64 and 128 (use kTensorCore)");
+      return Status::kUnsupported;
+    }
+    if (p.head_dim == 256 && p.prepared == nullptr) {
+      set_last_error(
+          "store_kv: the head_dim 256 tensor-core path streams a prepared rotation: build it once "
+          "with prepare_store_kv and pass it as `prepared` (or use kAuto)");
+      return Status::kInvalidArgument;
+    }
+    if (p.head_dim == 256 && store256_slots() == 0) {
+      set_last_error(
+          "store_kv: at head_dim 256 the tensor-core path is the warpgroup MMA, which needs a "
+          "Hopper "
+          "GPU and a build with sm_90a code (use kFloat32 or kAuto)");
       return Status::kUnsupported;
     }
     if (!tc_aligned) {
@@ -2965,6 +3395,7 @@ Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
       return Status::kInvalidArgument;
     }
     if (p.num_tokens == 0) return Status::kOk;
+    if (p.head_dim == 256) return launch_store_kv_tc256(p);
     // Hopper takes the warpgroup MMA (a build without sm_90a code falls back to mma.sync inside
     // the same kernel).
     if (hopper && path == StoreKvPath::kTensorCore) {
@@ -3026,7 +3457,7 @@ Status demote_pages(const DemotePagesParams& p) {
 }
 
 std::size_t store_kv_prepared_bytes(int num_kv_heads, int head_dim) {
-  if (num_kv_heads < 1 || (head_dim != 64 && head_dim != 128)) return 0;
+  if (num_kv_heads < 1 || !supported_head_dim(head_dim)) return 0;
   return std::size_t{2} * static_cast<std::size_t>(num_kv_heads) *
          store_prepared_entry_bytes(head_dim);
 }
@@ -3055,8 +3486,8 @@ Status prepare_store_kv(const StoreKvParams& p, void* prepared) {
                    p.num_kv_heads);
     return Status::kInvalidArgument;
   }
-  if (p.head_dim != 64 && p.head_dim != 128) {
-    set_last_error("prepare_store_kv: head_dim %d has no tensor-core store (64 and 128 do)",
+  if (!supported_head_dim(p.head_dim)) {
+    set_last_error("prepare_store_kv: head_dim %d has no tensor-core store (64, 128 and 256 do)",
                    p.head_dim);
     return Status::kUnsupported;
   }
@@ -3065,6 +3496,13 @@ Status prepare_store_kv(const StoreKvParams& p, void* prepared) {
     return Status::kInvalidArgument;
   }
   if (rotated_sides(p) == 0) return Status::kOk;  // both sides arrive rotated: nothing to prepare
+  if (p.head_dim == 256) {
+    // Built straight into device memory in its chunked order (R'^T does not fit shared memory).
+    const dim3 grid(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(rotated_sides(p)));
+    prepare_store_kv256_kernel<<<grid, 256, 0, p.stream>>>(p, prepared);
+    OSCAR_CUDA_CHECK(cudaGetLastError());
+    return Status::kOk;
+  }
   return p.head_dim == 64 ? launch_prepare_store_kv<64>(p, prepared)
                           : launch_prepare_store_kv<128>(p, prepared);
 }
