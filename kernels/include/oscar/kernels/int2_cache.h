@@ -38,18 +38,23 @@ using bf16_bits = std::uint16_t;
 // later gets exactly the codes it would have got here.
 //
 // Paths (StoreKvParams::path): kFloat32 rotates with float32 fused multiply-adds in a fixed order
-// (any head_dim, any pool alignment). kTensorCore (head_dim 64 and 128) folds centring and
+// (any head_dim, any pool alignment). kTensorCore (head_dim 64 and 128; 256 on Hopper with a
+// prepared rotation, see below) folds centring and
 // smoothing into the rotation (x R' - b, R' = diag(1 / smooth) R, b = mean R'), rotates on bf16
 // tensor cores with R' split into high and low bf16 terms (float32-level accuracy, in another
 // summation order, so a value may round to the neighbouring bf16) and quantizes one row per
 // thread; it needs 16-byte aligned K/V inputs, rotations and pools. On Hopper (a build with sm_90a
 // code) kTensorCore multiplies with the warpgroup MMA (wgmma), elsewhere with mma.sync;
-// kTensorCoreSync takes the mma.sync kernel on any device (for comparison and tests).
+// kTensorCoreSync takes the mma.sync kernel on any device (for comparison and tests; head_dim 64
+// and 128). At head_dim 256 R'^T does not fit shared memory: kTensorCore streams it from
+// `prepared` (required: kInvalidArgument without it) through the warpgroup MMA, on Hopper with an
+// sm_90a build (kUnsupported elsewhere).
 // kFloat32Columns stores BF16 rows only (int2_slot null, else kUnsupported): kFloat32's arithmetic
 // and bits, spread over 16-column slices of each row so that a few rows (a decode step's, into the
 // recent window) run on many multiprocessors; any head_dim and pool alignment. kAuto: for BF16-only
 // stores of up to kStoreColumnsMaxTokens tokens the column path, unless a prepared rotation lets
-// the warpgroup MMA serve them (as fast); otherwise the tensor-core kernels when head_dim,
+// the warpgroup MMA serve them (as fast; at head_dim 256 from 17 tokens on); otherwise the
+// tensor-core kernels when head_dim (256: with a prepared rotation),
 // alignment and the device's shared memory allow (faster from a few dozen tokens on), on Hopper
 // the warpgroup MMA with a prepared rotation (fastest at every token count) and without one from
 // kStoreWgmmaMinTokens tokens (below, mma.sync measured a little faster); else kFloat32 (figures
@@ -91,8 +96,9 @@ struct StoreKvParams {
   StoreKvPath path = StoreKvPath::kAuto;
   // Optional, for the tensor-core paths: the rotation prepared by prepare_store_kv from the same
   // rotations, means and smoothing (device memory, 16-byte aligned). A block then copies R'^T and
-  // b in instead of building them from R, most of a small store's time (a decode step's). The
-  // float32 path ignores it.
+  // b in instead of building them from R, most of a small store's time (a decode step's); at
+  // head_dim 256 the tensor-core store needs it (it streams R'^T from it). The float32 path
+  // ignores it.
   const void* prepared = nullptr;
   cudaStream_t stream = nullptr;
 };
@@ -100,11 +106,12 @@ Status store_kv(const StoreKvParams& params);
 
 // The prepared rotation of a store (StoreKvParams::prepared), built once per bundle and layer:
 // for K then V, per KV head, R'^T's high and low bf16 terms (d x d each, in 8 x 8 core-matrix
-// order) and b (d float32), which is what every tensor-core store block would otherwise compute
-// from R, the mean and the smoothing. store_kv_prepared_bytes gives its size (0 for head_dim 256,
-// which has no tensor-core path); prepare_store_kv fills `prepared` (device memory, 16-byte
-// aligned) from params' num_kv_heads, head_dim, rotations, means, smoothing and stream; a side
-// whose rotation is null (rows that arrive rotated) is left unwritten, as the store never reads it.
+// order; at head_dim 256 in chunks of 16 rows of both terms, which the store streams) and b (d
+// float32), which is what every tensor-core store block would otherwise compute from R, the mean
+// and the smoothing. store_kv_prepared_bytes gives its size (0 for an unsupported head_dim);
+// prepare_store_kv fills `prepared` (device memory, 16-byte aligned) from params' num_kv_heads,
+// head_dim, rotations, means, smoothing and stream; a side whose rotation is null (rows that
+// arrive rotated) is left unwritten, as the store never reads it.
 std::size_t store_kv_prepared_bytes(int num_kv_heads, int head_dim);
 Status prepare_store_kv(const StoreKvParams& params, void* prepared);
 
