@@ -2725,9 +2725,10 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 // accumulators (64 rows x 256 columns a warpgroup, 128 registers a thread) kept over all 16
 // k-steps. A block tile is 256 tokens of one (K or V, KV head): two rounds of 128 rows (64 a
 // warpgroup), so that every R' chunk read from L2 serves 128 rows; the rotated rows go back into
-// the tile (bf16, in place) and then each warp stores and quantizes 32 of them, one row per
-// thread, as the head_dim 64 / 128 kernel does, while its rows of the next tile are copied in.
-// Chunks run ahead across rounds and tiles (the ring does not drain between them).
+// the tile (bf16, in place), then each warp stores and quantizes 32 of them, one row per thread,
+// as the head_dim 64 / 128 kernel does, and copies in its rows of the next tile (after the
+// quantizer: store256_rows_of_warp says why). Chunks run ahead across rounds and tiles (the ring
+// does not drain between them).
 constexpr int kStore256Warps = 8;
 constexpr int kStore256Tokens = kStore256Warps * 32;         // a block tile: 32 rows a warp
 constexpr int kStore256Stages = 4;                           // R' chunks in the ring
