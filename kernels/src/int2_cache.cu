@@ -2055,6 +2055,20 @@ __device__ __forceinline__ std::uint32_t bf16x2_bits(float low, float high) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(low, high);
   return *reinterpret_cast<const std::uint32_t*>(&v);
 }
+// The stmatrix_x4 operands of n-tiles 2 np and 2 np + 1 of a warp's warpgroup-MMA accumulators
+// (lane: rows g, g + 8, columns 2 t, 2 t + 1 of each n-tile): x R' - b rounded to bf16 pairs.
+template <int N>
+__device__ __forceinline__ void rotated_pair_bits(const float (&acc)[N], const float* bias, int np,
+                                                  int t, std::uint32_t (&packed)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int nt = 2 * np + h, col = nt * 8 + 2 * t;
+    const float2 b = *reinterpret_cast<const float2*>(bias + col);
+    packed[2 * h] = bf16x2_bits(__fsub_rn(acc[4 * nt], b.x), __fsub_rn(acc[4 * nt + 1], b.y));
+    packed[2 * h + 1] =
+        bf16x2_bits(__fsub_rn(acc[4 * nt + 2], b.x), __fsub_rn(acc[4 * nt + 3], b.y));
+  }
+}
 __device__ __forceinline__ void stmatrix_x4(__nv_bfloat16* row, const std::uint32_t (&r)[4]) {
   const auto address = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
@@ -2588,15 +2602,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           std::uint32_t packed[4];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int nt = 2 * np + h, col = nt * 8 + 2 * t;
-            const float2 b = *reinterpret_cast<const float2*>(bias + col);
-            packed[2 * h] =
-                bf16x2_bits(__fsub_rn(acc[4 * nt], b.x), __fsub_rn(acc[4 * nt + 1], b.y));
-            packed[2 * h + 1] =
-                bf16x2_bits(__fsub_rn(acc[4 * nt + 2], b.x), __fsub_rn(acc[4 * nt + 3], b.y));
-          }
+          rotated_pair_bits(acc, bias, np, t, packed);
           stmatrix_x4(row_at + np * 16, packed);
         }
       }
@@ -3022,14 +3028,7 @@ __global__ void __launch_bounds__(kStore256Warps * 32, 1)
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         std::uint32_t packed[4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int nt = 2 * np + h, col = nt * 8 + 2 * t;
-          const float2 b = *reinterpret_cast<const float2*>(bias + col);
-          packed[2 * h] = bf16x2_bits(__fsub_rn(acc[4 * nt], b.x), __fsub_rn(acc[4 * nt + 1], b.y));
-          packed[2 * h + 1] =
-              bf16x2_bits(__fsub_rn(acc[4 * nt + 2], b.x), __fsub_rn(acc[4 * nt + 3], b.y));
-        }
+        rotated_pair_bits(acc, bias, np, t, packed);
         stmatrix_x4(tile_rows + store256_index(r, np * 16 + (lane >> 4) * 8), packed);
       }
     }
@@ -3084,15 +3083,16 @@ int rotated_sides(const StoreKvParams& p) {
 // memory) on the current device, worked out once per device into `cache` (the shared-memory
 // opt-in and the occupancy query cost host time that a store per decode step would pay every
 // call); 0 when the device cannot give a block that shared memory (or has no CUDA device).
+constexpr int kCachedDevices = 64;
 int kernel_wave_slots(const void* kernel, std::size_t bytes, int threads,
-                      std::atomic<int> (&cache)[64]) {
+                      std::atomic<int> (&cache)[kCachedDevices]) {
   constexpr int kUnsupportedDevice = -1;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  int slots = device < 64 ? cache[device].load(std::memory_order_relaxed) : 0;
+  int slots = device < kCachedDevices ? cache[device].load(std::memory_order_relaxed) : 0;
   if (slots == 0) {
     int sms = 0, per_sm = 0, optin = 0;
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
@@ -3109,14 +3109,14 @@ int kernel_wave_slots(const void* kernel, std::size_t bytes, int threads,
     } else {
       slots = sms * per_sm;
     }
-    if (device < 64) cache[device].store(slots, std::memory_order_relaxed);
+    if (device < kCachedDevices) cache[device].store(slots, std::memory_order_relaxed);
   }
   return slots == kUnsupportedDevice ? 0 : slots;
 }
 
 template <int D, bool kWarpgroupMma>
 int store_tc_slots() {
-  static std::atomic<int> cache[64] = {};
+  static std::atomic<int> cache[kCachedDevices] = {};
   return kernel_wave_slots(reinterpret_cast<const void*>(store_kv_tc_kernel<D, kWarpgroupMma>),
                            StoreTcLayout<D>::kBytes, kStoreTcWarps * 32, cache);
 }
@@ -3124,7 +3124,7 @@ int store_tc_slots() {
 // The same for store_kv_tc256_kernel, and 0 where it cannot run: a device other than Hopper, or a
 // build without its sm_90a code (that build's kernel declares a small static shared array).
 int store256_slots() {
-  static std::atomic<int> cache[64] = {};
+  static std::atomic<int> cache[kCachedDevices] = {};
   if (device_compute_major() != 9) return 0;
   cudaFuncAttributes attr{};
   if (cudaFuncGetAttributes(&attr, store_kv_tc256_kernel) != cudaSuccess) {
