@@ -3074,253 +3074,6 @@ __global__ void __launch_bounds__(256) prepare_store_kv256_kernel(StoreKvParams 
   reinterpret_cast<float*>(entry + kStore256KSteps * kStore256ChunkBytes)[n] = b;
 }
 
-// ---------------------------------------------------------------------------------------------
-// store_kv at head_dim 64 / 128 on Hopper, as a producer and consumers (sm_90a builds). In
-// store_kv_tc_kernel every warp both multiplies and quantizes, and a warp waiting at its
-// warpgroup's product quantizes nothing (the ablation on the results page: product and
-// quantization each cost ~10 us alone, ~35 together). Here they are different warps of one block:
-//   - consumers: six pairs of warps. A pair owns one slot of 64 rows in shared memory; it copies a
-//     job's rows (64 tokens of one (K or V, KV head)) into it as bulk copies, one per row, counted
-//     on the slot's `landed` mbarrier, and once the producer has rotated them each warp stores and
-//     quantizes its 32, one row per thread, as store_kv_tc_kernel does. Once both warps hold their
-//     rows in registers (a named barrier per pair), the pair copies in its next job's rows, which
-//     then land while it quantizes.
-//   - producer: one warpgroup that takes the jobs in order; for each it waits for the slot's rows,
-//     multiplies them by R'^T (A from registers, R'^T's two terms from shared memory, as in
-//     store_kv_tc_kernel), writes the rotated rows back in place (bias, bf16, stmatrix) and
-//     arrives on the slot's `rotated` mbarrier.
-// The tensor pipe then runs while twelve warps quantize, instead of stalling the warps that
-// quantize. A side whose rows arrive rotated (null rotation) rides along in blocks of its own, as
-// in store_kv_tc_kernel: its consumers take the rows as they land and its producer has nothing to
-// do.
-#ifndef OSCAR_STORE_PC
-#define OSCAR_STORE_PC 1
-#endif
-constexpr int kStorePcProducerWarps = 4;
-constexpr int kStorePcPairs = 6;
-constexpr int kStorePcWarps = kStorePcProducerWarps + 2 * kStorePcPairs;
-constexpr int kStorePcTokens = 64;  // a job: 64 tokens of one (K or V, KV head)
-static_assert(kStorePcWarps == kStoreTcWarps, "the rotation prologue's thread count");
-
-template <int D>
-struct StorePcLayout {
-  // R'^T's terms and b as in store_kv_tc_kernel, then the pairs' slots, then the mbarriers.
-  static constexpr int kPitch = StoreTcLayout<D>::kPitch;
-  static constexpr std::size_t kSlotBytes =
-      std::size_t{kStorePcTokens} * kPitch * sizeof(__nv_bfloat16);
-  static constexpr std::size_t kSlots =
-      StoreTcLayout<D>::kRotationBytes + StoreTcLayout<D>::kBiasBytes;
-  static constexpr std::size_t kBarriers = kSlots + kStorePcPairs * kSlotBytes;
-  static constexpr std::size_t kBytes = kBarriers + 2 * kStorePcPairs * sizeof(std::uint64_t);
-  static_assert(kSlots % 16 == 0 && kSlotBytes % 16 == 0, "16-byte aligned slots and rows");
-};
-
-#if OSCAR_STORE_WGMMA
-__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
-}
-// Arrives on the barrier and adds `bytes` to the transfers its current phase waits for.
-__device__ __forceinline__ void mbarrier_arrive_expect(std::uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)),
-               "r"(bytes)
-               : "memory");
-}
-// A bulk copy (global -> shared) whose bytes complete on `bar`.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes,
-                                          std::uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(shared_address(dst)),
-      "l"(src), "r"(bytes), "r"(shared_address(bar))
-      : "memory");
-}
-#endif
-
-template <int D>
-__global__ void __launch_bounds__(kStorePcWarps * 32, 1)
-    store_kv_pc_kernel(const __grid_constant__ StoreKvParams p, int arriving_blocks) {
-#if OSCAR_STORE_WGMMA
-  using Layout = StorePcLayout<D>;
-  constexpr int P = Layout::kPitch;
-  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
-  extern __shared__ __align__(16) unsigned char store_pc_smem[];
-  __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_pc_smem);
-  __nv_bfloat16* const r_lo = r_hi + D * P;
-  float* const bias = reinterpret_cast<float*>(store_pc_smem + StoreTcLayout<D>::kRotationBytes);
-  float* const mean_sm = bias + D;
-  auto* const slot_rows = reinterpret_cast<__nv_bfloat16*>(store_pc_smem + Layout::kSlots);
-  auto* const landed = reinterpret_cast<std::uint64_t*>(store_pc_smem + Layout::kBarriers);
-  std::uint64_t* const rotated_bar = landed + kStorePcPairs;
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int head = static_cast<int>(blockIdx.y), hkv = p.num_kv_heads;
-  const bool is_key = store_side_is_key(p, blockIdx.z, gridDim.z, true);
-  const bool rotating = (is_key ? p.k_rotation : p.v_rotation) != nullptr;
-  const int blocks = rotating ? static_cast<int>(gridDim.x) : arriving_blocks;
-  if (static_cast<int>(blockIdx.x) >= blocks) return;
-  const bf16_bits* src = is_key ? p.k : p.v;
-  const std::int64_t tiles = (p.num_tokens + kStorePcTokens - 1) / kStorePcTokens;
-  // Job q of this block is tile blockIdx.x + q * blocks, in slot q % kStorePcPairs.
-  const std::int64_t jobs = (tiles - blockIdx.x + blocks - 1) / blocks;
-  const int consumer = warp - kStorePcProducerWarps;
-  const int pair = consumer >> 1, pair_warp = consumer & 1;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStorePcPairs; ++s) {
-      mbarrier_init(landed + s, 1);
-      mbarrier_init(rotated_bar + s, kStorePcProducerWarps * 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  // Job q's rows into its slot, by the first warp of the slot's pair.
-  const auto copy_job = [&](std::int64_t q) {
-    const std::int64_t token0 = (blockIdx.x + q * blocks) * kStorePcTokens;
-    const int rows = p.num_tokens - token0 < kStorePcTokens
-                         ? static_cast<int>(p.num_tokens - token0)
-                         : kStorePcTokens;
-    const int slot = static_cast<int>(q % kStorePcPairs);
-    // The slot's rows were read by generic loads; the bulk copies write through the async proxy.
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    if (lane == 0) mbarrier_arrive_expect(landed + slot, static_cast<unsigned>(rows * D * 2));
-    __syncwarp();
-    __nv_bfloat16* const dst = slot_rows + slot * kStorePcTokens * P;
-    for (int r = lane; r < rows; r += 32) {
-      bulk_copy(dst + r * P, src + ((token0 + r) * hkv + head) * D, D * 2, landed + slot);
-    }
-  };
-  if (consumer >= 0 && pair_warp == 0 && pair < jobs) copy_job(pair);
-
-  const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
-  if (!rotating) {
-    if (consumer < 0) return;  // rows that arrive rotated: nothing to multiply
-  } else if (p.prepared != nullptr) {
-    load_prepared_rotation<D, true>(p, head, is_key, r_hi, r_lo, bias);
-  } else {
-    build_store_rotation<D, true>(p, head, is_key, r_hi, r_lo, bias, mean_sm);
-  }
-
-  if (consumer < 0) {
-    // The producer: x R' - b for each job in order, 16 rows a warp (rows 16 warp + [0, 16)).
-    constexpr unsigned kCoreBytes = 128, kNStride = (D / 8) * kCoreBytes;
-    const std::uint64_t desc_hi = wgmma_descriptor(r_hi, kCoreBytes, kNStride);
-    const std::uint64_t desc_lo = wgmma_descriptor(r_lo, kCoreBytes, kNStride);
-#pragma unroll 1
-    for (std::int64_t q = 0; q < jobs; ++q) {
-      const int slot = static_cast<int>(q % kStorePcPairs);
-      mbarrier_wait(landed + slot, static_cast<unsigned>((q / kStorePcPairs) & 1));
-      if (OSCAR_STORE_ABLATE_PRODUCT) {  // ablation: the rows go on as they landed
-        mbarrier_arrive(rotated_bar + slot);
-        continue;
-      }
-      __nv_bfloat16* const rows = slot_rows + (slot * kStorePcTokens + warp * 16) * P;
-      std::uint32_t a[D / 16][4];
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        ldmatrix_x4(a[ks], rows + (lane & 15) * P + ks * 16 + (lane >> 4) * 8);
-      }
-      float acc[D / 2];  // set by the first MMA (it does not accumulate)
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        // k-step ks starts 2 core matrices (256 bytes, 16 descriptor units) further along K.
-        if (OSCAR_STORE_ABLATE_ONE_K_STEP && ks > 0) continue;
-        wgmma_bf16<D>(acc, a[ks], desc_hi + 16 * ks, ks > 0);
-        if (!OSCAR_STORE_ABLATE_LOW_TERM) wgmma_bf16<D>(acc, a[ks], desc_lo + 16 * ks, 1);
-      }
-      wgmma_commit();
-      wgmma_wait_all();
-#pragma unroll
-      for (int e = 0; e < D / 2; ++e) register_fence(acc[e]);
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) register_fence(a[ks][r]);
-      }
-      __syncwarp();  // the warp's rows are read: they take the rotated rows
-      const int t = lane & 3;
-      __nv_bfloat16* const row_at =
-          rows + (((lane >> 3) & 1) * 8 + (lane & 7)) * P + (lane >> 4) * 8;
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        std::uint32_t packed[4];
-        rotated_pair_bits(acc, bias, np, t, packed);
-        stmatrix_x4(row_at + np * 16, packed);
-      }
-      mbarrier_arrive(rotated_bar + slot);
-    }
-    return;
-  }
-
-  // The consumers: warp pair_warp of the pair stores rows 32 pair_warp + [0, 32) of each job.
-  const int clip_k = int2q::clip_position<D>(clip);
-  const bool thread_path = clip_k >= 0 && int2r::top_length<D>(D - 1 - clip_k) > 0;
-  std::uint8_t* const codes_pool = is_key ? p.k_codes : p.v_codes;
-  bf16_bits* const scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
-  bf16_bits* const bf16_pool = is_key ? p.k_bf16 : p.v_bf16;
-  const __nv_bfloat16* const tile_rows = slot_rows + (pair * kStorePcTokens + pair_warp * 32) * P;
-  std::uint64_t* const ready = (rotating ? rotated_bar : landed) + pair;
-#pragma unroll 1
-  for (std::int64_t q = pair; q < jobs; q += kStorePcPairs) {
-    const std::int64_t token0 = (blockIdx.x + q * blocks) * kStorePcTokens + pair_warp * 32;
-    const std::int64_t left = p.num_tokens - token0;
-    const int count = left <= 0 ? 0 : left < 32 ? static_cast<int>(left) : 32;
-    // The lane's token's pool rows (-1: none), read while the rows are multiplied.
-    const std::int64_t bf16_row = slot_pool_row(
-        p.bf16_slot != nullptr && lane < count ? __ldg(p.bf16_slot + token0 + lane) : -1,
-        p.page_size, hkv, head);
-    const std::int64_t int2_row = slot_pool_row(
-        p.int2_slot != nullptr && lane < count ? __ldg(p.int2_slot + token0 + lane) : -1,
-        p.page_size, hkv, head);
-    mbarrier_wait(ready, static_cast<unsigned>((q / kStorePcPairs) & 1));
-
-    // BF16 slots: 16-byte copies of the rows, consecutive lanes on consecutive chunks.
-    if (p.bf16_slot != nullptr) {
-      for (int first = 0; first < count * kChunks; first += 32) {
-        const int idx = first + lane, t = (idx / kChunks) & 31, c = (idx % kChunks) * 8;
-        const std::int64_t row = __shfl_sync(kFullMask, bf16_row, t);
-        if (idx < count * kChunks && row >= 0) {
-          *reinterpret_cast<uint4*>(bf16_pool + row * D + c) =
-              *reinterpret_cast<const uint4*>(tile_rows + t * P + c);
-        }
-      }
-    }
-    // Once both warps of the pair have read the slot, its next job's rows come in.
-    const auto release = [&] {
-      named_barrier_sync(1 + pair, 64);
-      if (pair_warp == 0 && q + kStorePcPairs < jobs) copy_job(q + kStorePcPairs);
-    };
-    // INT2 slots: row `lane` by its thread, the rows it declines by the whole warp; a job's few
-    // rows (a decode step's) by the warp, one by one.
-    if (p.int2_slot != nullptr && thread_path && count > kStoreTcWarpRows) {
-      unsigned w[D / 2];
-      const uint4* mine = reinterpret_cast<const uint4*>(tile_rows + lane * P);
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) int2q::unpack_words(mine[i], &w[4 * i]);
-      release();
-      const bool stored =
-#if OSCAR_STORE_ABLATE_QUANTIZE
-          int2_row >= 0 && int2q::store_row_ablated<D>(w, codes_pool, scale_zero_pool, int2_row);
-#else
-          int2_row >= 0 &&
-          int2q::store_row_thread<D>(w, clip_k, codes_pool, scale_zero_pool, int2_row);
-#endif
-      quantize_declined_rows<D>(w, int2_row, int2_row >= 0 && !stored, clip, codes_pool,
-                                scale_zero_pool);
-    } else {
-      if (p.int2_slot != nullptr) {
-        quantize_rows_by_warp<D>(int2_row, clip, codes_pool, scale_zero_pool,
-                                 [&](int r, int i) { return tile_rows[r * P + i]; });
-      }
-      release();
-    }
-  }
-#else
-  // Built without the warpgroup MMA: the host never launches this kernel (store_pc_slots).
-  __shared__ volatile int lacks_warpgroup_mma[4];
-  if (threadIdx.x == 0) lacks_warpgroup_mma[0] = 1;
-#endif
-}
-
 // The sides (keys, values) of a store that carry a rotation; the others arrive rotated.
 int rotated_sides(const StoreKvParams& p) {
   return (p.k_rotation != nullptr ? 1 : 0) + (p.v_rotation != nullptr ? 1 : 0);
@@ -3397,33 +3150,7 @@ Status launch_store_kv_tc256(const StoreKvParams& p) {
   return Status::kOk;
 }
 
-// The grid of a store of `tile_tokens`-token tiles with `slots` resident blocks: as many blocks per
-// (KV head, K or V) as fill the GPU in one wave. A side arriving rotated rides along in blocks of
-// its own (16-byte aligned rows, as the kernels' copies need; otherwise store_kv_rows_kernel
-// follows): of each KV head's share of the wave it takes kStoreArrivingEighths of a rotating
-// side's blocks, and arriving_stored is set. A block per tile up to a wave: few tiles run one per
-// multiprocessor, not side by side in one block.
-dim3 store_tc_grid(const StoreKvParams& p, int slots, int tile_tokens, bool& arriving_stored,
-                   int& arriving_blocks) {
-  const std::int64_t tiles = (p.num_tokens + tile_tokens - 1) / tile_tokens;
-  const bf16_bits* arriving_rows = p.k_rotation == nullptr ? p.k : p.v;
-  const bool take_arriving =
-      !arriving_stored && rotated_sides(p) == 1 && is_aligned(arriving_rows, 16);
-  const std::int64_t per_head = std::max<std::int64_t>(1, slots / p.num_kv_heads);
-  const std::int64_t fill =
-      take_arriving ? std::max<std::int64_t>(1, per_head * 8 / (8 + kStoreArrivingEighths))
-      : rotated_sides(p) == 2 ? std::max<std::int64_t>(1, per_head / 2)
-                              : per_head;
-  const std::int64_t tc_blocks = std::min(fill, tiles);
-  arriving_blocks = static_cast<int>(
-      take_arriving ? std::min(tiles, std::max<std::int64_t>(1, per_head - fill)) : 0);
-  if (take_arriving) arriving_stored = true;
-  return dim3(static_cast<unsigned>(std::max<std::int64_t>(tc_blocks, arriving_blocks)),
-              static_cast<unsigned>(p.num_kv_heads),
-              static_cast<unsigned>(take_arriving ? 2 : rotated_sides(p)));
-}
-
-// Launches store_kv_tc_kernel<D>.
+// Launches store_kv_tc_kernel<D>: as many blocks per (KV head, K or V) as fill the GPU in one wave.
 template <int D, bool kWarpgroupMma>
 Status launch_store_kv_tc(const StoreKvParams& p, bool& arriving_stored) {
   constexpr std::size_t kBytes = StoreTcLayout<D>::kBytes;
@@ -3442,38 +3169,29 @@ Status launch_store_kv_tc(const StoreKvParams& p, bool& arriving_stored) {
         kBytes, D, optin);
     return Status::kUnsupported;
   }
-  int arriving_blocks = 0;
-  const dim3 grid = store_tc_grid(p, slots, kStoreTcTokens, arriving_stored, arriving_blocks);
-  store_kv_tc_kernel<D, kWarpgroupMma><<<grid, kThreads, kBytes, p.stream>>>(p, arriving_blocks);
-  OSCAR_CUDA_CHECK(cudaGetLastError());
-  return Status::kOk;
-}
-
-// Resident blocks of store_kv_pc_kernel<D> in one wave, and 0 where it cannot run: a device other
-// than Hopper, or a build without its sm_90a code (that build's kernel declares a small static
-// shared array).
-template <int D>
-int store_pc_slots() {
-  static std::atomic<int> cache[kCachedDevices] = {};
-  if (!OSCAR_STORE_PC || device_compute_major() != 9) return 0;
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, store_kv_pc_kernel<D>) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (attr.sharedSizeBytes != 0) return 0;
-  return kernel_wave_slots(reinterpret_cast<const void*>(store_kv_pc_kernel<D>),
-                           StorePcLayout<D>::kBytes, kStorePcWarps * 32, cache);
-}
-
-// Launches store_kv_pc_kernel<D> (store_pc_slots<D>() > 0).
-template <int D>
-Status launch_store_kv_pc(const StoreKvParams& p, bool& arriving_stored) {
-  int arriving_blocks = 0;
-  const dim3 grid =
-      store_tc_grid(p, store_pc_slots<D>(), kStorePcTokens, arriving_stored, arriving_blocks);
-  store_kv_pc_kernel<D>
-      <<<grid, kStorePcWarps * 32, StorePcLayout<D>::kBytes, p.stream>>>(p, arriving_blocks);
+  const std::int64_t tiles = (p.num_tokens + kStoreTcTokens - 1) / kStoreTcTokens;
+  // A side arriving rotated rides along in blocks of its own (16-byte aligned rows, as the
+  // kernel's tile copies need; otherwise store_kv_rows_kernel follows).
+  const bf16_bits* arriving_rows = p.k_rotation == nullptr ? p.k : p.v;
+  const bool take_arriving =
+      !arriving_stored && rotated_sides(p) == 1 && is_aligned(arriving_rows, 16);
+  // A block per tile up to a wave: few tiles run one per multiprocessor (a warp per tile), not
+  // side by side in one block. Of each KV head's share of the wave, an arriving side takes
+  // kStoreArrivingEighths of a rotating side's blocks.
+  const std::int64_t per_head = std::max<std::int64_t>(1, slots / p.num_kv_heads);
+  const std::int64_t fill =
+      take_arriving ? std::max<std::int64_t>(1, per_head * 8 / (8 + kStoreArrivingEighths))
+      : rotated_sides(p) == 2 ? std::max<std::int64_t>(1, per_head / 2)
+                              : per_head;
+  const std::int64_t tc_blocks = std::min(fill, tiles);
+  const std::int64_t arriving_blocks =
+      take_arriving ? std::min(tiles, std::max<std::int64_t>(1, per_head - fill)) : 0;
+  if (take_arriving) arriving_stored = true;
+  const dim3 grid(static_cast<unsigned>(std::max(tc_blocks, arriving_blocks)),
+                  static_cast<unsigned>(p.num_kv_heads),
+                  static_cast<unsigned>(take_arriving ? 2 : rotated_sides(p)));
+  store_kv_tc_kernel<D, kWarpgroupMma>
+      <<<grid, kThreads, kBytes, p.stream>>>(p, static_cast<int>(arriving_blocks));
   OSCAR_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
 }
@@ -3682,11 +3400,6 @@ Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
     // Hopper takes the warpgroup MMA (a build without sm_90a code falls back to mma.sync inside
     // the same kernel).
     if (hopper && path == StoreKvPath::kTensorCore) {
-      if (p.head_dim == 64 && store_pc_slots<64>() > 0)
-        return launch_store_kv_pc<64>(p, arriving_stored);
-      if (p.head_dim == 128 && store_pc_slots<128>() > 0) {
-        return launch_store_kv_pc<128>(p, arriving_stored);
-      }
       return p.head_dim == 64 ? launch_store_kv_tc<64, true>(p, arriving_stored)
                               : launch_store_kv_tc<128, true>(p, arriving_stored);
     }
