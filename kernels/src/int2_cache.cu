@@ -2740,6 +2740,23 @@ constexpr int kStore256Tokens = kStore256Warps * 32;         // a block tile: 32
 constexpr int kStore256Stages = 4;                           // R' chunks in the ring
 constexpr int kStore256KSteps = 256 / 16;                    // R' chunks: k-steps of 16
 constexpr unsigned kStore256ChunkBytes = 2u * 16 * 256 * 2;  // both terms, bf16
+// A side arriving rotated at head_dim 256 is stored by store_kv_rows_kernel after the rotating
+// side's launch. Up to kStore256DependentMaxTokens tokens it is launched as a programmatic
+// dependent, which starts at once beside the store, and the store leaves it
+// kStore256ArrivingEighths of the rotating side's share of the multiprocessors (a rotating tile
+// costs ~2.5 arriving ones). Values arriving, keys rotated, on an H100
+// (scripts/gpu/store_ablation.cu, into INT2; results page): 1 token 29.5 -> 21.2 us, 8 tokens 51.3
+// -> 30.5, 512 50.8 -> 37.7, 8192 117.5 -> 107.8; at 32768 the launch beside it was slower (396-403
+// against 371 us; eighths 2: 374-378, 0: 408), so larger stores launch it after the store.
+#ifndef OSCAR_STORE256_DEPENDENT_MAX_TOKENS
+#define OSCAR_STORE256_DEPENDENT_MAX_TOKENS 8192
+#endif
+constexpr std::int64_t kStore256DependentMaxTokens = OSCAR_STORE256_DEPENDENT_MAX_TOKENS;
+#ifndef OSCAR_STORE256_ARRIVING_EIGHTHS
+#define OSCAR_STORE256_ARRIVING_EIGHTHS 3
+#endif
+constexpr int kStore256ArrivingEighths = OSCAR_STORE256_ARRIVING_EIGHTHS;
+static_assert(kStore256ArrivingEighths >= 0 && kStore256ArrivingEighths <= 8, "0 to 8 eighths");
 
 struct Store256Layout {
   // The tile in 8 x 8 core-matrix order (element (r, c) at store256_index(r, c)), the R' ring,
@@ -2947,6 +2964,9 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
 
 __global__ void __launch_bounds__(kStore256Warps * 32, 1)
     store_kv_tc256_kernel(const __grid_constant__ StoreKvParams p) {
+  // A store of the side arriving rotated, launched next, shares no data with this one: let it
+  // start at once (programmatic dependent launch) on the multiprocessors left free.
+  allow_dependent_launch();
 #if OSCAR_STORE_WGMMA
   using Layout = Store256Layout;
   constexpr int D = 256;
@@ -3137,12 +3157,15 @@ int store256_slots() {
 }
 
 // Launches store_kv_tc256_kernel: an equal share of one wave of blocks per (KV head, K or V),
-// each with at least one tile.
-Status launch_store_kv_tc256(const StoreKvParams& p) {
+// each with at least one tile; with room for a side arriving rotated that follows at once
+// (arriving_follows), the share leaves it kStore256ArrivingEighths of a rotating side's.
+Status launch_store_kv_tc256(const StoreKvParams& p, bool arriving_follows) {
   const int slots = store256_slots();
   const std::int64_t tiles = (p.num_tokens + kStore256Tokens - 1) / kStore256Tokens;
   const std::int64_t pairs = static_cast<std::int64_t>(p.num_kv_heads) * rotated_sides(p);
-  const std::int64_t blocks = std::min(tiles, std::max<std::int64_t>(1, slots / pairs));
+  const std::int64_t share =
+      arriving_follows ? slots / pairs * 8 / (8 + kStore256ArrivingEighths) : slots / pairs;
+  const std::int64_t blocks = std::min(tiles, std::max<std::int64_t>(1, share));
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(rotated_sides(p)));
   store_kv_tc256_kernel<<<grid, kStore256Warps * 32, Store256Layout::kBytes, p.stream>>>(p);
@@ -3217,13 +3240,25 @@ Status launch_store_kv_columns(const StoreKvParams& p) {
 // Launches store_kv_rows_kernel<D> over the `sides` sides whose rows arrive rotated: a warp per
 // 32 tokens of each (KV head, K or V). (A warp per 4 tokens taken one by one, for stores that give
 // few warps a multiprocessor, measured slower: results page.)
+// `dependent`: launched as a programmatic dependent of the store before it (which shares no data
+// with it), so that it runs beside that store on the multiprocessors it leaves free (Hopper).
 template <int D>
-Status launch_store_kv_rows(const StoreKvParams& p, int sides, bool vectors) {
+Status launch_store_kv_rows(const StoreKvParams& p, int sides, bool vectors, bool dependent) {
   constexpr std::int64_t kTokensPerBlock = std::int64_t{kRowStoreWarps} * kStoreTcTokens;
-  const dim3 grid(static_cast<unsigned>((p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock),
-                  static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(sides));
-  store_kv_rows_kernel<D><<<grid, kRowStoreWarps * 32, 0, p.stream>>>(p, vectors);
-  OSCAR_CUDA_CHECK(cudaGetLastError());
+  cudaLaunchConfig_t config{};
+  config.gridDim =
+      dim3(static_cast<unsigned>((p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock),
+           static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(sides));
+  config.blockDim = dim3(kRowStoreWarps * 32);
+  config.stream = p.stream;
+  cudaLaunchAttribute overlap[1];
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  if (dependent && device_compute_major() >= 9) {
+    config.attrs = overlap;
+    config.numAttrs = 1;
+  }
+  OSCAR_CUDA_CHECK(cudaLaunchKernelEx(&config, store_kv_rows_kernel<D>, p, vectors));
   return Status::kOk;
 }
 
@@ -3249,7 +3284,7 @@ bool is_device_pointer(const void* ptr) {
 }  // namespace
 
 namespace {
-Status store_rotated(const StoreKvParams& p, bool& arriving_stored);
+Status store_rotated(const StoreKvParams& p, bool& arriving_stored, bool& arriving_dependent);
 }  // namespace
 
 Status store_kv(const StoreKvParams& p) {
@@ -3299,27 +3334,28 @@ Status store_kv(const StoreKvParams& p) {
                        (p.v_rotation != nullptr || aligned(p.v)) && store_pools_aligned(p);
   // The rotated sides first, so that a refused path launches nothing; the tensor-core kernel takes
   // an arriving side along in the same launch.
-  bool arriving_stored = !arriving;
+  bool arriving_stored = !arriving, dependent = false;
   if (arriving_sides < 2) {
-    const Status rotated = store_rotated(p, arriving_stored);
+    const Status rotated = store_rotated(p, arriving_stored, dependent);
     if (rotated != Status::kOk) return rotated;
   }
   if (arriving_stored) return Status::kOk;
   switch (p.head_dim) {
     case 64:
-      return launch_store_kv_rows<64>(p, arriving_sides, vectors);
+      return launch_store_kv_rows<64>(p, arriving_sides, vectors, dependent);
     case 128:
-      return launch_store_kv_rows<128>(p, arriving_sides, vectors);
+      return launch_store_kv_rows<128>(p, arriving_sides, vectors, dependent);
     default:
-      return launch_store_kv_rows<256>(p, arriving_sides, vectors);
+      return launch_store_kv_rows<256>(p, arriving_sides, vectors, dependent);
   }
 }
 
 namespace {
 // store_kv's sides that carry a rotation (store_kv has validated p): the path, then its launch.
 // The tensor-core kernel stores the side arriving rotated too where its rows are 16-byte aligned,
-// and then sets arriving_stored.
-Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
+// and then sets arriving_stored; at head_dim 256 the arriving side follows, for a small store as a
+// dependent launch that runs beside it (arriving_dependent).
+Status store_rotated(const StoreKvParams& p, bool& arriving_stored, bool& arriving_dependent) {
   const auto aligned = [](const void* ptr) { return is_aligned(ptr, 16); };
   const bool tc_aligned = (p.k_rotation == nullptr || aligned(p.k)) &&
                           (p.v_rotation == nullptr || aligned(p.v)) && aligned(p.k_rotation) &&
@@ -3396,7 +3432,12 @@ Status store_rotated(const StoreKvParams& p, bool& arriving_stored) {
       return Status::kInvalidArgument;
     }
     if (p.num_tokens == 0) return Status::kOk;
-    if (p.head_dim == 256) return launch_store_kv_tc256(p);
+    if (p.head_dim == 256) {
+      // The side arriving rotated (if any) follows, for a small store as a dependent launch beside
+      // this one.
+      arriving_dependent = !arriving_stored && p.num_tokens <= kStore256DependentMaxTokens;
+      return launch_store_kv_tc256(p, arriving_dependent);
+    }
     // Hopper takes the warpgroup MMA (a build without sm_90a code falls back to mma.sync inside
     // the same kernel).
     if (hopper && path == StoreKvPath::kTensorCore) {

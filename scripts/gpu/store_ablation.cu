@@ -1,5 +1,6 @@
 // Times store_kv into INT2 and into BF16 (tensor cores, rotation prepared; 32768 tokens x 8 KV
-// heads, d 128) for scripts/gpu/store-ablation, which links it against int2_cache.cu built with
+// heads, d 128 unless STORE_ABLATION_TOKENS / STORE_ABLATION_HEAD_DIM say otherwise) for
+// scripts/gpu/store-ablation, which links it against int2_cache.cu built with
 // each OSCAR_STORE_ABLATE_* switch. Torch-free. Rows: gaussian bf16 (none that the
 // one-row-per-thread quantizer declines); keys centred and smoothed, both rotated by a signed
 // Hadamard matrix per head; clip 0.96 for keys, 0.96 and then 0.92 for values.
@@ -48,7 +49,15 @@ static std::uint64_t hash_dev(const void* p, std::size_t bytes) {
 int main(int argc, char** argv) {
   const char* name = argc > 1 ? argv[1] : "variant";
   const int iters = argc > 2 ? std::atoi(argv[2]) : 50;
-  const int tokens = 32768, hkv = 8, d = 128, ps = 16;
+  // STORE_ABLATION_TOKENS and STORE_ABLATION_HEAD_DIM (64, 128 or 256) change the shape.
+  const char* tokens_env = std::getenv("STORE_ABLATION_TOKENS");
+  const char* head_dim_env = std::getenv("STORE_ABLATION_HEAD_DIM");
+  const int tokens = tokens_env != nullptr ? std::atoi(tokens_env) : 32768, hkv = 8,
+            d = head_dim_env != nullptr ? std::atoi(head_dim_env) : 128, ps = 16;
+  if (tokens < 1 || (d != 64 && d != 128 && d != 256)) {
+    std::fprintf(stderr, "store_ablation: bad STORE_ABLATION_TOKENS or STORE_ABLATION_HEAD_DIM\n");
+    return 1;
+  }
   const std::size_t rows = static_cast<std::size_t>(tokens) * hkv;
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -144,9 +153,9 @@ int main(int argc, char** argv) {
     const double t_bf16 = median_us([&] { store_kv(to_bf16); }, iters);
     const double gbs = (in_bytes + out_int2) / (t_int2 * 1e3);
     std::printf(
-        "%-12s clip K 0.96 V %.2f: into INT2 %6.1f us, %5.0f GB/s (%2.0f%% of copy); into BF16 "
-        "%6.1f us; stored bits %016llx\n",
-        name, vclip_ratio, t_int2, gbs, 100.0 * gbs / copy_gbs, t_bf16,
+        "%-12s %5d tokens d %3d clip K 0.96 V %.2f: into INT2 %6.1f us, %5.0f GB/s (%2.0f%% of "
+        "copy); into BF16 %6.1f us; stored bits %016llx\n",
+        name, tokens, d, vclip_ratio, t_int2, gbs, 100.0 * gbs / copy_gbs, t_bf16,
         static_cast<unsigned long long>(h));
   }
   return 0;

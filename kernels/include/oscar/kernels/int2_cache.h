@@ -64,9 +64,11 @@ using bf16_bits = std::uint16_t;
 // Rows that arrive already rotated: an engine that folds R_V (and v_mean, as a bias) into the V
 // rows of its QKV projection (docs/bundle-format.md) passes v_rotation = null, and likewise keys
 // with k_rotation = null; that side's rows are then stored as they are (copied to BF16 slots,
-// quantized into INT2 slots: where the other side runs on the tensor cores, in blocks of the same
-// launch; otherwise a row-per-thread kernel follows, at the demotion's rate when both sides
-// arrive rotated), and its mean and smoothing must be null too (fold them as well).
+// quantized into INT2 slots: where the other side runs on the tensor cores at head_dim 64 / 128,
+// in blocks of the same launch; otherwise a row-per-thread kernel follows: at head_dim 256, for
+// stores of up to 8192 tokens, as a programmatic dependent launch that runs beside the
+// tensor-core store; at the demotion's rate when both sides arrive rotated), and its mean and
+// smoothing must be null too (fold them as well).
 // `path` and `prepared` concern the rotated side only. Both rotations null: a plain
 // quantize-and-pack.
 enum class StoreKvPath { kAuto, kFloat32, kTensorCore, kTensorCoreSync, kFloat32Columns };
