@@ -446,8 +446,8 @@ TEST_P(Int2Store, RowsThatArriveRotatedAreStoredAsGiven) {
   std::mt19937 rng(static_cast<unsigned>(3 * d + ps));
   // With the other side on the tensor cores the arriving side takes blocks of the same launch (the
   // warp quantizing a tile of at most 8 rows row by row, a thread per row above); otherwise the
-  // rows kernel (the same split): at d 256 beside the tensor-core store as a dependent launch up to
-  // 8192 tokens, after it beyond (9001).
+  // rows kernel (a warp per token up to 8 tokens, else the same split): at d 256 beside the
+  // tensor-core store as a dependent launch up to 8192 tokens, after it beyond (9001).
   for (const int tokens : {1, 7, 2 * ps + 3, 9001}) {
     SCOPED_TRACE(::testing::Message() << tokens << " tokens");
     const auto rows = static_cast<std::int64_t>(tokens) * heads;

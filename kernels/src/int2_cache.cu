@@ -2343,7 +2343,9 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32)
 // ---------------------------------------------------------------------------------------------
 // store_kv for a side whose rows arrive already rotated (its rotation null: R, and the mean, folded
 // into the projection that produced them): each row is copied to its BF16 slot and / or quantized
-// into its INT2 slot as it is. A warp takes 32 consecutive tokens of one (KV head, K or V).
+// into its INT2 slot as it is. A warp takes 32 consecutive tokens of one (KV head, K or V), or one
+// token in a store of at most kStoreTcWarpRows tokens (which the warp would otherwise take row by
+// row: a batch of decode steps' rows then goes through as many warps side by side).
 //   - INT2 slots, 16-byte aligned pointers and more than kStoreTcWarpRows rows: each thread holds
 //     its row as 16-byte vectors, writes it to its BF16 slot, and quantizes it alone (int2r, as the
 //     row-per-thread demotion: no cross-lane work); the rows that quantizer declines go to the
@@ -2353,15 +2355,15 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32)
 //     different rows).
 //   - otherwise (a decode step's few rows, or unaligned pointers): the warp takes the rows one by
 //     one, lane l holding elements l + 32 m, as the float32 path does.
-// store_rows_of_warp stores the warp's 32 tokens from token0 (< num_tokens) of (head, K or V); the
-// whole warp calls it.
+// store_rows_of_warp stores the warp's `tokens` tokens (32 or 1) from token0 (< num_tokens) of
+// (head, K or V); the whole warp calls it.
 template <int D>
 __device__ void store_rows_of_warp(const StoreKvParams& p, bool is_key, int head,
-                                   std::int64_t token0, bool vectors) {
+                                   std::int64_t token0, int tokens, bool vectors) {
   constexpr int kChunks = D / 8;  // 16-byte chunks of a row
   const int lane = static_cast<int>(threadIdx.x & 31), hkv = p.num_kv_heads;
-  const int count = p.num_tokens - token0 < kStoreTcTokens ? static_cast<int>(p.num_tokens - token0)
-                                                           : kStoreTcTokens;
+  const int count =
+      p.num_tokens - token0 < tokens ? static_cast<int>(p.num_tokens - token0) : tokens;
   const bf16_bits* src = (is_key ? p.k : p.v) + (token0 * hkv + head) * D;  // token0's row
   const std::int64_t src_stride = static_cast<std::int64_t>(hkv) * D;       // between tokens
   bf16_bits* bf16_pool = is_key ? p.k_bf16 : p.v_bf16;
@@ -2438,16 +2440,21 @@ __device__ void store_rows_of_warp(const StoreKvParams& p, bool is_key, int head
 }
 
 constexpr int kRowStoreWarps = 8;
+// A warp per token for stores of at most kStoreTcWarpRows tokens (0: a warp per 32 tokens at every
+// size, as before; for comparisons).
+#ifndef OSCAR_STORE_ROWS_WARP_PER_TOKEN
+#define OSCAR_STORE_ROWS_WARP_PER_TOKEN 1
+#endif
 
 template <int D>
 __global__ void __launch_bounds__(kRowStoreWarps * 32)
-    store_kv_rows_kernel(StoreKvParams p, bool vectors) {
+    store_kv_rows_kernel(StoreKvParams p, bool vectors, int tokens_per_warp) {
   const std::int64_t token0 =
       (static_cast<std::int64_t>(blockIdx.x) * kRowStoreWarps + (threadIdx.x >> 5)) *
-      kStoreTcTokens;
+      tokens_per_warp;
   if (token0 >= p.num_tokens) return;
   store_rows_of_warp<D>(p, store_side_is_key(p, blockIdx.z, gridDim.z, false),
-                        static_cast<int>(blockIdx.y), token0, vectors);
+                        static_cast<int>(blockIdx.y), token0, tokens_per_warp, vectors);
 }
 
 // The arriving side's blocks per rotating side's block (eighths) when store_kv_tc_kernel takes a
@@ -3238,16 +3245,19 @@ Status launch_store_kv_columns(const StoreKvParams& p) {
 }
 
 // Launches store_kv_rows_kernel<D> over the `sides` sides whose rows arrive rotated: a warp per
-// 32 tokens of each (KV head, K or V). (A warp per 4 tokens taken one by one, for stores that give
-// few warps a multiprocessor, measured slower: results page.)
+// 32 tokens of each (KV head, K or V), or per token in a store of at most kStoreTcWarpRows tokens
+// (the warp would take them row by row anyway). (A warp per 4 tokens taken one by one, for stores
+// that give few warps a multiprocessor, measured slower: results page.)
 // `dependent`: launched as a programmatic dependent of the store before it (which shares no data
 // with it), so that it runs beside that store on the multiprocessors it leaves free (Hopper).
 template <int D>
 Status launch_store_kv_rows(const StoreKvParams& p, int sides, bool vectors, bool dependent) {
-  constexpr std::int64_t kTokensPerBlock = std::int64_t{kRowStoreWarps} * kStoreTcTokens;
+  const int tokens_per_warp =
+      OSCAR_STORE_ROWS_WARP_PER_TOKEN && p.num_tokens <= kStoreTcWarpRows ? 1 : kStoreTcTokens;
+  const std::int64_t tokens_per_block = std::int64_t{kRowStoreWarps} * tokens_per_warp;
   cudaLaunchConfig_t config{};
   config.gridDim =
-      dim3(static_cast<unsigned>((p.num_tokens + kTokensPerBlock - 1) / kTokensPerBlock),
+      dim3(static_cast<unsigned>((p.num_tokens + tokens_per_block - 1) / tokens_per_block),
            static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(sides));
   config.blockDim = dim3(kRowStoreWarps * 32);
   config.stream = p.stream;
@@ -3258,7 +3268,8 @@ Status launch_store_kv_rows(const StoreKvParams& p, int sides, bool vectors, boo
     config.attrs = overlap;
     config.numAttrs = 1;
   }
-  OSCAR_CUDA_CHECK(cudaLaunchKernelEx(&config, store_kv_rows_kernel<D>, p, vectors));
+  OSCAR_CUDA_CHECK(
+      cudaLaunchKernelEx(&config, store_kv_rows_kernel<D>, p, vectors, tokens_per_warp));
   return Status::kOk;
 }
 

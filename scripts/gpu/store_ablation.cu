@@ -5,7 +5,8 @@
 // one-row-per-thread quantizer declines); keys centred and smoothed, both rotated by a signed
 // Hadamard matrix per head; clip 0.96 for keys, 0.96 and then 0.92 for values.
 // With STORE_ABLATION_ARRIVING=values the values arrive rotated (v_rotation null: R_V folded into
-// v_proj), so the keys' tensor-core store takes them beside it.
+// v_proj), so the keys' tensor-core store takes them beside it; =both: both sides arrive rotated
+// (store_kv_rows_kernel alone).
 // Usage: store_ablation NAME [ITERATIONS]
 #include <cuda_runtime.h>
 
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::size_t rows = static_cast<std::size_t>(tokens) * hkv;
+  // The pools hold whole pages: token t goes to page t / ps, whose rows are every KV head's.
+  const std::size_t pool_rows = static_cast<std::size_t>((tokens + ps - 1) / ps) * ps * hkv;
   std::mt19937 rng(1234);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<std::uint16_t> hk(rows * d), hv(rows * d);
@@ -94,12 +97,12 @@ int main(int argc, char** argv) {
   CK(cudaMemcpy(dslot, slot.data(), tokens * 8, cudaMemcpyHostToDevice));
   float* kclip = dev<float>(hkv);
   float* vclip = dev<float>(hkv);
-  auto* kc = dev<std::uint8_t>(rows * d / 4);
-  auto* vc = dev<std::uint8_t>(rows * d / 4);
-  auto* ksz = dev<bf16_bits>(rows * 2);
-  auto* vsz = dev<bf16_bits>(rows * 2);
-  auto* kb = dev<bf16_bits>(rows * d);
-  auto* vb = dev<bf16_bits>(rows * d);
+  auto* kc = dev<std::uint8_t>(pool_rows * d / 4);
+  auto* vc = dev<std::uint8_t>(pool_rows * d / 4);
+  auto* ksz = dev<bf16_bits>(pool_rows * 2);
+  auto* vsz = dev<bf16_bits>(pool_rows * 2);
+  auto* kb = dev<bf16_bits>(pool_rows * d);
+  auto* vb = dev<bf16_bits>(pool_rows * d);
 
   StoreKvParams p;
   p.num_tokens = tokens;
@@ -122,6 +125,10 @@ int main(int argc, char** argv) {
   p.v_bf16 = vb;
   const char* arriving = std::getenv("STORE_ABLATION_ARRIVING");
   if (arriving != nullptr && std::strcmp(arriving, "values") == 0) p.v_rotation = nullptr;
+  if (arriving != nullptr && std::strcmp(arriving, "both") == 0) {
+    p.k_rotation = p.v_rotation = nullptr;  // a plain quantize-and-pack: nothing to centre either
+    p.k_mean = p.k_smooth = nullptr;
+  }
   void* prepared = nullptr;
   CK(cudaMalloc(&prepared, store_kv_prepared_bytes(hkv, d)));
   if (prepare_store_kv(p, prepared) != Status::kOk) {
@@ -139,16 +146,17 @@ int main(int argc, char** argv) {
     StoreKvParams to_int2 = p, to_bf16 = p;
     to_int2.int2_slot = dslot;
     to_bf16.bf16_slot = dslot;
-    CK(cudaMemset(kc, 0, rows * d / 4));
-    CK(cudaMemset(vc, 0, rows * d / 4));
+    CK(cudaMemset(kc, 0, pool_rows * d / 4));
+    CK(cudaMemset(vc, 0, pool_rows * d / 4));
     if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) {
       std::fprintf(stderr, "store_ablation: store_kv failed (this build is for sm_90a)\n");
       return 3;
     }
     CK(cudaDeviceSynchronize());
-    const std::uint64_t h = hash_dev(kc, rows * d / 4) ^ (hash_dev(vc, rows * d / 4) * 3) ^
-                            (hash_dev(ksz, rows * 4) * 5) ^ (hash_dev(vsz, rows * 4) * 7) ^
-                            (hash_dev(kb, rows * d * 2) * 11);
+    const std::uint64_t h =
+        hash_dev(kc, pool_rows * d / 4) ^ (hash_dev(vc, pool_rows * d / 4) * 3) ^
+        (hash_dev(ksz, pool_rows * 4) * 5) ^ (hash_dev(vsz, pool_rows * 4) * 7) ^
+        (hash_dev(kb, pool_rows * d * 2) * 11);
     const double t_int2 = median_us([&] { store_kv(to_int2); }, iters);
     const double t_bf16 = median_us([&] { store_kv(to_bf16); }, iters);
     const double gbs = (in_bytes + out_int2) / (t_int2 * 1e3);
