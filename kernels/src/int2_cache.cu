@@ -425,6 +425,13 @@ __device__ __forceinline__ void allow_dependent_launch() {
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
+// Waits until the grids this one was launched beside (programmatic dependent launch) have
+// completed and their writes are visible; a no-op for a grid launched the ordinary way.
+__device__ __forceinline__ void wait_for_prerequisite_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // Where a kernel writes its partial results: splits [offset, offset + count) of total per head.
 struct SplitRange {
@@ -2455,6 +2462,11 @@ __global__ void __launch_bounds__(kRowStoreWarps * 32)
   if (token0 >= p.num_tokens) return;
   store_rows_of_warp<D>(p, store_side_is_key(p, blockIdx.z, gridDim.z, false),
                         static_cast<int>(blockIdx.y), token0, tokens_per_warp, vectors);
+  // Launched beside the store before it (a programmatic dependent, sharing no data with it), this
+  // grid could otherwise complete first; its first block (whose first warp always has tokens)
+  // waits for that store, so that whatever follows both in the stream, however it is launched,
+  // finds both done.
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) wait_for_prerequisite_grids();
 }
 
 // The arriving side's blocks per rotating side's block (eighths) when store_kv_tc_kernel takes a
