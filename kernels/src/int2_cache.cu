@@ -1671,6 +1671,24 @@ int device_compute_major() {
   return major;
 }
 
+// A launch of `grid` x `block` threads on `stream`, as a programmatic dependent of the grid
+// launched before it (it may start beside that grid) where `dependent` and the device has it
+// (Hopper); `attribute` is the storage the configuration points at.
+cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, cudaStream_t stream, bool dependent,
+                                 cudaLaunchAttribute& attribute) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (dependent && device_compute_major() >= 9) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  return config;
+}
+
 bool supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
 // Lets the tensor-core kernel of a shape use its shared memory (over the 48 KiB default), once;
@@ -1867,17 +1885,9 @@ bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
                                    kTcWarps<D> * 32, tc_smem_bytes<D, G>(), p.stream>>>(
       p, part_o, part_ml, SplitRange{plan.simt_splits, plan.tc_splits, total}, merge);
   if (!OSCAR_CUDA_OK(cudaGetLastError())) return false;
-  cudaLaunchConfig_t config{};
-  config.gridDim = simt_grid;
-  config.blockDim = dim3(kDecodeWarps * 32);
-  config.stream = p.stream;
-  cudaLaunchAttribute overlap[1];
-  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap[0].val.programmaticStreamSerializationAllowed = 1;
-  if (device_compute_major() >= 9) {
-    config.attrs = overlap;
-    config.numAttrs = 1;
-  }
+  cudaLaunchAttribute overlap;
+  const cudaLaunchConfig_t config =
+      launch_config(simt_grid, dim3(kDecodeWarps * 32), p.stream, true, overlap);
   if (!OSCAR_CUDA_OK(cudaLaunchKernelEx(&config, decode_kernel<D, G, P>, p, part_o, part_ml,
                                         simt_range, true, merge))) {
     return false;
@@ -3267,19 +3277,11 @@ Status launch_store_kv_rows(const StoreKvParams& p, int sides, bool vectors, boo
   const int tokens_per_warp =
       OSCAR_STORE_ROWS_WARP_PER_TOKEN && p.num_tokens <= kStoreTcWarpRows ? 1 : kStoreTcTokens;
   const std::int64_t tokens_per_block = std::int64_t{kRowStoreWarps} * tokens_per_warp;
-  cudaLaunchConfig_t config{};
-  config.gridDim =
-      dim3(static_cast<unsigned>((p.num_tokens + tokens_per_block - 1) / tokens_per_block),
-           static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(sides));
-  config.blockDim = dim3(kRowStoreWarps * 32);
-  config.stream = p.stream;
-  cudaLaunchAttribute overlap[1];
-  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap[0].val.programmaticStreamSerializationAllowed = 1;
-  if (dependent && device_compute_major() >= 9) {
-    config.attrs = overlap;
-    config.numAttrs = 1;
-  }
+  const dim3 grid(static_cast<unsigned>((p.num_tokens + tokens_per_block - 1) / tokens_per_block),
+                  static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(sides));
+  cudaLaunchAttribute overlap;
+  const cudaLaunchConfig_t config =
+      launch_config(grid, dim3(kRowStoreWarps * 32), p.stream, dependent, overlap);
   OSCAR_CUDA_CHECK(
       cudaLaunchKernelEx(&config, store_kv_rows_kernel<D>, p, vectors, tokens_per_warp));
   return Status::kOk;
