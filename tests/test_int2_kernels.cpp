@@ -325,10 +325,12 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
         bslot[t] = tokens - 1 - t;
         islot[t] = t + 5;
       }
-      const std::vector<float> clips = {0.96f, 0.9f};
+      // The method's default clips on head 0 (keys 0.96, values 0.92: top lists of 6 and 11 keys
+      // at d 128, 11 and 21 at d 256), 0.9 on head 1 (16 and 32).
+      const std::vector<float> k_clips = {0.96f, 0.9f}, v_clips = {0.92f, 0.9f};
       DeviceBuffer<std::uint16_t> kd(to_bits(k)), vd(to_bits(v));
-      DeviceBuffer<float> rkd(rk), rvd(rv), kmd(k_mean), ksd(k_smooth), vmd(v_mean), kc(clips),
-          vc(clips);
+      DeviceBuffer<float> rkd(rk), rvd(rv), kmd(k_mean), ksd(k_smooth), vmd(v_mean), kc(k_clips),
+          vc(v_clips);
       DeviceBuffer<std::int64_t> bs(bslot), is(islot);
       const std::size_t pool_rows = static_cast<std::size_t>(pool_pages) * heads * ps;
       // The tensor-core paths: the warpgroup MMA on Hopper (mma.sync elsewhere) and mma.sync; at
@@ -421,7 +423,8 @@ TEST_P(Int2Store, StoreRotatesIntoBf16AndInt2Pages) {
                 ASSERT_LE(max_err, kRotateTol * max_abs) << "token " << t << " head " << h;
               }
               // The INT2 row is the reference quantization of the bf16 row the kernel stored.
-              ref::quantize_cache_row(stored.data(), d, clips[h], packed.data(), sz);
+              ref::quantize_cache_row(stored.data(), d, (kv == 0 ? k_clips : v_clips)[h],
+                                      packed.data(), sz);
               const auto& codes = got.codes[kv];
               const auto& scale_zero = got.scale_zero[kv];
               ASSERT_TRUE(std::equal(packed.begin(), packed.end(), codes.begin() + irow * d / 4));

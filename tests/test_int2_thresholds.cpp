@@ -334,8 +334,11 @@ TEST(Int2RowThread, MatchesTheReference) {
   check_thread_rows<256>(rng);
 }
 
+constexpr unsigned kPowerOfTwoLists = int2r::list_lengths(1, 3, 8, 16, 32);
+constexpr unsigned kNoListOf6Or21 = int2r::list_lengths(1, 3, 8, 11, 16, 32);
+
 // The clip selection alone (insertion for lists of 1 and 3 keys, sorted blocks merged into lists
-// of 8 and 16 for the longer ones) against a sort of the row's keys, at every position it serves
+// of 6 to 32 for the longer ones) against a sort of the row's keys, at every position it serves
 // and on rows built to stress it: few distinct keys (ties across blocks and halves), zeros,
 // ascending and descending rows (every block merge moves the whole list, or nothing), the largest
 // keys all in one half or one block.
@@ -377,6 +380,12 @@ void check_selection(std::mt19937& rng) {
     for (int r = 0; r < int2r::kTopMax<D>; ++r) {
       ASSERT_EQ(int2r::threshold_key<D>(w, r), sorted[r])
           << "d " << D << ", pattern " << pattern << ", row " << row << ", r " << r;
+      // Lists longer than needed give the same key: the powers of two (the set before lists of
+      // 6, 11 and 21 keys) and a set without 6 and 21.
+      ASSERT_EQ((int2r::threshold_key<D, kPowerOfTwoLists>(w, r)), sorted[r])
+          << "d " << D << ", powers of two, pattern " << pattern << ", row " << row << ", r " << r;
+      ASSERT_EQ((int2r::threshold_key<D, kNoListOf6Or21>(w, r)), sorted[r])
+          << "d " << D << ", no 6 or 21, pattern " << pattern << ", row " << row << ", r " << r;
     }
   }
 }
@@ -386,6 +395,23 @@ TEST(Int2RowThread, ClipSelectionMatchesASort) {
   check_selection<64>(rng);
   check_selection<128>(rng);
   check_selection<256>(rng);
+}
+
+// The list length each clip position takes: the shortest of the set that holds r + 1 keys, up to
+// kTopMax<D> (16 at d 64 and 128, 32 at d 256); none past it (the warp quantizes those rows).
+TEST(Int2RowThread, TopListLengths) {
+  const int d64[][2] = {{0, 1}, {1, 3}, {2, 3}, {5, 6}, {7, 8}, {10, 11}, {15, 16}, {16, 0}};
+  for (const auto& [r, length] : d64) EXPECT_EQ(int2r::top_length<64>(r), length) << "r " << r;
+  const int d128[][2] = {{3, 6}, {5, 6}, {6, 8}, {8, 11}, {10, 11}, {11, 16}, {15, 16}, {16, 0}};
+  for (const auto& [r, length] : d128) EXPECT_EQ(int2r::top_length<128>(r), length) << "r " << r;
+  const int d256[][2] = {{10, 11}, {15, 16}, {16, 21}, {20, 21}, {21, 32}, {31, 32}, {32, 0}};
+  for (const auto& [r, length] : d256) EXPECT_EQ(int2r::top_length<256>(r), length) << "r " << r;
+  EXPECT_EQ((int2r::top_length<128, kPowerOfTwoLists>(5)), 8);
+  EXPECT_EQ((int2r::top_length<128, kPowerOfTwoLists>(10)), 16);
+  EXPECT_EQ((int2r::top_length<256, kPowerOfTwoLists>(20)), 32);
+  EXPECT_EQ((int2r::top_length<256, kNoListOf6Or21>(5)), 8);
+  EXPECT_EQ((int2r::top_length<256, kNoListOf6Or21>(20)), 32);
+  EXPECT_EQ(int2r::top_length<128>(-1), 0);
 }
 
 // The packed stand-ins, and a row with a NaN (declined: the reference refuses it).

@@ -13,9 +13,11 @@
 
 #if defined(__CUDACC__)
 #define INT2R_FN __host__ __device__ __forceinline__
+#define INT2R_CONSTEXPR __host__ __device__ constexpr
 #define INT2R_UNROLL _Pragma("unroll")
 #else
 #define INT2R_FN inline
+#define INT2R_CONSTEXPR constexpr
 #define INT2R_UNROLL
 #endif
 
@@ -131,12 +133,38 @@ INT2R_FN void range_update(unsigned& low, unsigned& high, unsigned w) {
 #endif
 }
 
-// The top-list length used for position r from the top: the smallest of 1, 3, 8, 16 and
-// kTopMax<D> that holds r + 1 keys (one list code path per length), or 0 when r >=
-// kTopMax<D>.
-template <int D>
+// Top-list lengths as a set: bit L stands for lists of L keys (L <= 32).
+template <typename... Lengths>
+INT2R_CONSTEXPR unsigned list_lengths(Lengths... lengths) {
+  return (0u | ... | (1u << (lengths - 1)));
+}
+
+// The lengths the quantizer compiles, each a code path of its own: 1 and 3 (insertion), then
+// sorted blocks merged into lists of 6, 8, 11, 16, 21 and 32 keys. 6, 11 and 21 are the method's
+// default clips, keys 0.96 and values 0.92, which are r = 2 and 5 from the top at d 64, 5 and 10
+// at d 128, 10 and 20 at d 256: lists just long enough for them merge a block of 8 words in
+// fewer compare-exchanges (17 at 11 against 32 at 16, 42 at 21 against 80 at 32).
+// OSCAR_TOP_LISTS=0 builds the previous set, powers of two, for comparisons.
+#ifndef OSCAR_TOP_LISTS
+#define OSCAR_TOP_LISTS 1
+#endif
+#if OSCAR_TOP_LISTS
+constexpr unsigned kTopListLengths = list_lengths(1, 3, 6, 8, 11, 16, 21, 32);
+#else
+constexpr unsigned kTopListLengths = list_lengths(1, 3, 8, 16, 32);
+#endif
+
+// The top-list length used for position r from the top: the shortest length of the set that holds
+// r + 1 keys, kTopMax<D> included, or 0 when r >= kTopMax<D>.
+template <int D, unsigned kLengths = kTopListLengths>
 INT2R_FN int top_length(int r) {
-  return r < 1 ? 1 : r < 3 ? 3 : r < 8 ? 8 : r < 16 ? 16 : r < kTopMax<D> ? kTopMax<D> : 0;
+  if (r < 0 || r >= kTopMax<D>) return 0;
+  const unsigned longer = (kLengths | 1u << (kTopMax<D> - 1)) >> r;  // bit i: length r + 1 + i
+  INT2R_UNROLL
+  for (int i = 0; i < 32; ++i) {
+    if ((longer >> i) & 1u) return r + 1 + i;
+  }
+  return kTopMax<D>;
 }
 
 // The two magnitude keys of a word for the clip selection, as 16-bit halves: 2 |x| in each, plus
@@ -202,31 +230,43 @@ INT2R_FN void sort8(unsigned (&b)[8]) {
   for (int c = 0; c < 19; ++c) order_pair(b[kPairs[c][0]], b[kPairs[c][1]]);
 }
 
-// Sorts a bitonic sequence of L packed key pairs descending, halfwise (Batcher's merger:
-// (L / 2) log2(L) compare-exchanges).
+// The smallest power of two >= n.
+INT2R_CONSTEXPR int power_of_two_at_least(int n) {
+  return n <= 1 ? 1 : 2 * power_of_two_at_least((n + 1) / 2);
+}
+
+// Sorts a bitonic sequence of L packed key pairs descending, halfwise: Batcher's merger on
+// Lp = power_of_two_at_least(L) positions, the first Lp - L of them taken to hold keys above every
+// key. Such a key never leaves its position (it is the larger side of every pair it is in), so
+// the compare-exchanges at those positions are left out, and the sequence they extend (larger
+// keys, then a bitonic one: descending, then ascending) is bitonic. (Lp / 2) log2(Lp) compare-
+// exchanges at L = Lp; 17 at L = 11 against 32 at 16.
 template <int L>
 INT2R_FN void bitonic_sort(unsigned (&c)[L]) {
+  constexpr int kPositions = power_of_two_at_least(L), kAbove = kPositions - L;
   INT2R_UNROLL
-  for (int stride = L / 2; stride > 0; stride /= 2) {
+  for (int stride = kPositions / 2; stride > 0; stride /= 2) {
     INT2R_UNROLL
-    for (int i = 0; i < L; ++i) {
-      if ((i & stride) == 0) order_pair(c[i], c[i + stride]);
+    for (int q = kAbove; q < kPositions; ++q) {
+      if ((q & stride) == 0) order_pair(c[q - kAbove], c[q + stride - kAbove]);
     }
   }
 }
 
-// The r-th largest (0-based, r < L) 15-bit magnitude key, for the longer lists (L = 8 to 32): the
+// The r-th largest (0-based, r < L) 15-bit magnitude key, for the longer lists (L = 6 to 32): the
 // row's keys go in sorted blocks of 8 words into two descending top-L lists (low and high halves),
 // each block merged by the bitonic rule (the L largest of a descending list A and an ascending
 // list B are max(A[i], B[i]), a bitonic sequence, sorted by Batcher's merger); the two halves'
-// lists are merged the same way at the end. Per word ~4.75 packed operations sort its block and
-// (8 + (L / 2) log2 L) / 8 merge it: 8.75 at L = 8 and 13.75 at L = 16, against 11 and 21-31 for
-// insertion into lists of 6 and 11-16 keys (on an H100 the demotion at clip 0.92 took 616 us with
-// insertion, 524 with blocks; the packed min / max run on the integer pipe, its busiest).
+// lists are merged the same way at the end. Per word 4.75 packed operations sort its block and
+// (min(L, 8) + 2 x bitonic_sort's compare-exchanges) / 8 merge it: 7.25 at L = 6, 8.75 at 8, 10
+// at 11, 13.75 at 16, 16.25 at 21 and 25.75 at 32, against 11 and 21-31 for insertion into lists
+// of 6 and 11-16 keys (on an H100 the demotion at clip 0.92 took 616 us with insertion, 524 with
+// blocks into lists of 16; the packed min / max run on the integer pipe, its busiest).
 template <int D, int L>
 INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
-  static_assert(L == 8 || L == 16 || L == 32, "lists of 8, 16 or 32 keys");
+  static_assert(L >= 4 && L <= 32, "lists of 4 to 32 keys");
   static_assert((D / 2) % 8 == 0, "whole blocks of 8 words");
+  constexpr int kMerged = L < 8 ? L : 8;  // a block's keys that can reach the list
   unsigned top[L], first[8];
   INT2R_UNROLL
   for (int i = 0; i < 8; ++i) first[i] = sort_keys(w[i]);
@@ -239,9 +279,10 @@ INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
     INT2R_UNROLL
     for (int i = 0; i < 8; ++i) block[i] = sort_keys(w[m + i]);
     sort8(block);
-    // The block reversed (ascending) against the list's last 8 entries; its first L - 8 are 0.
+    // The block's largest keys reversed (ascending) against the list's last entries; the rest of
+    // the reversed block is taken as 0.
     INT2R_UNROLL
-    for (int i = L - 8; i < L; ++i) top[i] = max_u16x2(top[i], block[L - 1 - i]);
+    for (int i = L - kMerged; i < L; ++i) top[i] = max_u16x2(top[i], block[L - 1 - i]);
     bitonic_sort<L>(top);
   }
   // The high halves' list reversed against the low halves' list: the low halves then hold the
@@ -259,23 +300,41 @@ INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
   return key >> 1;
 }
 
-// The clip threshold's key for position r from the top, 0 <= r < kTopMax<D> (top_length > 0); the
-// switch is uniform across a warp whose rows share a clip ratio. Lists of 1 and 3 keys take
-// insertion, longer ones sorted blocks.
-template <int D>
+// Whether lists of n keys are in the set and serve rows of D elements.
+template <int D, unsigned kLengths>
+INT2R_CONSTEXPR bool has_length(int n) {
+  return n <= kTopMax<D> && ((kLengths >> (n - 1)) & 1u) != 0;
+}
+
+// The clip threshold's key for position r from the top, 0 <= r < kTopMax<D> (top_length > 0),
+// from the list of length top_length<D, kLengths>(r); the choice is uniform across a warp whose
+// rows share a clip ratio. Lists of 1 and 3 keys take insertion, longer ones sorted blocks.
+template <int D, unsigned kLengths = kTopListLengths>
 INT2R_FN unsigned threshold_key(const unsigned (&w)[D / 2], int r) {
-  switch (top_length<D>(r)) {
-    case 1:
-      return top_key<D, 1>(w, r);
-    case 3:
-      return top_key<D, 3>(w, r);
-    case 8:
-      return top_key_blocks<D, 8>(w, r);
-    case 16:
-      return top_key_blocks<D, 16>(w, r);
-    default:
-      return top_key_blocks<D, kTopMax<D>>(w, r);
+  constexpr int kLongest = kTopMax<D>;
+  const int length = top_length<D, kLengths>(r);
+  if constexpr (has_length<D, kLengths>(1)) {
+    if (length == 1) return top_key<D, 1>(w, r);
   }
+  if constexpr (has_length<D, kLengths>(3)) {
+    if (length == 3) return top_key<D, 3>(w, r);
+  }
+  if constexpr (has_length<D, kLengths>(6)) {
+    if (length == 6) return top_key_blocks<D, 6>(w, r);
+  }
+  if constexpr (has_length<D, kLengths>(8)) {
+    if (length == 8) return top_key_blocks<D, 8>(w, r);
+  }
+  if constexpr (has_length<D, kLengths>(11)) {
+    if (length == 11) return top_key_blocks<D, 11>(w, r);
+  }
+  if constexpr (has_length<D, kLengths>(16) && kLongest > 16) {  // else the last path is 16
+    if (length == 16) return top_key_blocks<D, 16>(w, r);
+  }
+  if constexpr (has_length<D, kLengths>(21)) {
+    if (length == 21) return top_key_blocks<D, 21>(w, r);
+  }
+  return top_key_blocks<D, kLongest>(w, r);
 }
 
 // One row quantized: the packed codes (D / 16 words; byte j of the row is byte j % 4 of word
@@ -321,4 +380,5 @@ INT2R_FN bool quantize_row(const unsigned (&w)[D / 2], unsigned key, unsigned (&
 }  // namespace int2r
 
 #undef INT2R_FN
+#undef INT2R_CONSTEXPR
 #undef INT2R_UNROLL
