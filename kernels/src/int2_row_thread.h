@@ -133,6 +133,15 @@ INT2R_FN void range_update(unsigned& low, unsigned& high, unsigned w) {
 #endif
 }
 
+// The position of the lowest set bit of x != 0.
+INT2R_FN int lowest_set_bit(unsigned x) {
+#if defined(__CUDA_ARCH__)
+  return __ffs(static_cast<int>(x)) - 1;
+#else
+  return __builtin_ctz(x);
+#endif
+}
+
 // Top-list lengths as a set: bit L stands for lists of L keys (L <= 32).
 template <typename... Lengths>
 INT2R_CONSTEXPR unsigned list_lengths(Lengths... lengths) {
@@ -159,12 +168,9 @@ constexpr unsigned kTopListLengths = list_lengths(1, 3, 8, 16, 32);
 template <int D, unsigned kLengths = kTopListLengths>
 INT2R_FN int top_length(int r) {
   if (r < 0 || r >= kTopMax<D>) return 0;
-  const unsigned longer = (kLengths | 1u << (kTopMax<D> - 1)) >> r;  // bit i: length r + 1 + i
-  INT2R_UNROLL
-  for (int i = 0; i < 32; ++i) {
-    if ((longer >> i) & 1u) return r + 1 + i;
-  }
-  return kTopMax<D>;
+  // Bit i: length r + 1 + i; never 0, since kTopMax<D> is in it.
+  const unsigned longer = (kLengths | 1u << (kTopMax<D> - 1)) >> r;
+  return r + 1 + lowest_set_bit(longer);
 }
 
 // The two magnitude keys of a word for the clip selection, as 16-bit halves: 2 |x| in each, plus
