@@ -32,7 +32,7 @@ int reference_code(float x, float t, float scale, float zero) {
 }
 
 struct Tally {
-  std::int64_t rows = 0, not_reciprocal = 0, wide = 0, undecided = 0;
+  std::int64_t rows = 0, not_reciprocal = 0, wide = 0, undecided = 0, searched = 0;
 };
 
 // Quantizes one row both ways; returns false (with a gtest failure) on any difference.
@@ -58,12 +58,26 @@ bool check_row(const std::vector<float>& x, double ratio, Tally& tally) {
   }
   EXPECT_EQ(int2t::bits_of(rs.zero), int2t::bits_of(ref.zero));
   float level[3];
+  bool decided[3];
   for (int j = 1; j <= 3; ++j) {
-    bool decided = false;
-    level[j - 1] = from_bits16(int2t::row_threshold(rs, j, &decided));
-    if (!decided) {
+    level[j - 1] = from_bits16(int2t::row_threshold(rs, j, &decided[j - 1]));
+  }
+  // All three at once (the row-per-thread quantizer's form): the same thresholds, decided in the
+  // same cases.
+  unsigned short at_once[3];
+  int searched = 0;
+  const bool decided_at_once = int2t::row_thresholds(rs, at_once, &searched);
+  tally.searched += searched;
+  EXPECT_EQ(decided_at_once, decided[0] && decided[1] && decided[2]);
+  for (int j = 0; j < 3; ++j) {
+    if (!decided[j]) {
       ++tally.undecided;
       return true;
+    }
+    if (int2t::bits_of(level[j]) != static_cast<unsigned>(at_once[j]) << 16) {
+      ADD_FAILURE() << "T" << j + 1 << " " << level[j] << ", all three at once "
+                    << from_bits16(at_once[j]);
+      return false;
     }
   }
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -227,9 +241,10 @@ TEST(Int2Thresholds, ThresholdCodesMatchTheReference) {
     const Tally& t = by_kind[kind];
     std::printf(
         "kind %d: %lld rows, %lld outside the reciprocal domain (%lld with scale >= 2^-90), %lld "
-        "undecided\n",
+        "undecided, %lld thresholds past the first candidates\n",
         kind, static_cast<long long>(t.rows), static_cast<long long>(t.not_reciprocal),
-        static_cast<long long>(t.wide), static_cast<long long>(t.undecided));
+        static_cast<long long>(t.wide), static_cast<long long>(t.undecided),
+        static_cast<long long>(t.searched));
     // The search gives up rarely: rows that take the slow path cost the kernel a reload.
     EXPECT_LE(t.undecided * 1000, t.rows) << "kind " << kind;
   }

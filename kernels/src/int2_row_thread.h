@@ -358,11 +358,25 @@ INT2R_FN bool quantize_row(const unsigned (&w)[D / 2], unsigned key, unsigned (&
   const float xmin = int2t::min_f(low_value(low), high_value(low));
   const int2t::RowScalars rs = int2t::row_scalars(xmin, xmax, int2t::float_of(key << 16));
   if (!rs.reciprocal) return false;
-  bool decided1, decided2, decided3;
-  const unsigned t1 = int2t::row_threshold(rs, 1, &decided1) * 0x10001u;
-  const unsigned t2 = int2t::row_threshold(rs, 2, &decided2) * 0x10001u;
-  const unsigned t3 = int2t::row_threshold(rs, 3, &decided3) * 0x10001u;
-  if (!(decided1 && decided2 && decided3)) return false;
+  unsigned t1, t2, t3;
+  if constexpr (D <= 128) {
+    unsigned short thresholds[3];
+    if (!int2t::row_thresholds(rs, thresholds)) return false;
+    t1 = thresholds[0] * 0x10001u;
+    t2 = thresholds[1] * 0x10001u;
+    t3 = thresholds[2] * 0x10001u;
+  } else {
+    // d 256 keeps the serial search in this form: the d 256 tensor-core store (255 registers,
+    // spilling) spilled 1,112 bytes a thread instead of 1,052 with the search above, and with
+    // these three calls written over an array, and measured ~10 us slower either way (H100,
+    // 32768 tokens x 8 KV heads into INT2 at value clip 0.96: 470.5-472.5 and 480.0-480.7 us
+    // against 457.6-460.7 and 466.2-469.6 in the same runs).
+    bool decided1, decided2, decided3;
+    t1 = int2t::row_threshold(rs, 1, &decided1) * 0x10001u;
+    t2 = int2t::row_threshold(rs, 2, &decided2) * 0x10001u;
+    t3 = int2t::row_threshold(rs, 3, &decided3) * 0x10001u;
+    if (!(decided1 && decided2 && decided3)) return false;
+  }
   // Word j holds elements 4 j + b + f D / 4 (byte b, field f): the pairs 2 j + f D / 8 and the
   // next one. Per element, code = [x >= T1] + [x >= T2] + [x >= T3]: one byte permute gathers
   // the four codes of a field (the low bytes of its two words' code sums), and the fields add in

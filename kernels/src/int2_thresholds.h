@@ -5,9 +5,10 @@
 // then clamp(floor(RN(RN(c / scale + zero) + 0.5)), 0, 3) (divide_by gives the codes of a correctly
 // rounded division on the domain where it is used, and each step is non-decreasing). So for bf16
 // x the code is [x >= T1] + [x >= T2] + [x >= T3], Tj the smallest bf16 value whose code is >= j:
-// three comparisons per element instead of a division. row_thresholds finds Tj from the analytic
+// three comparisons per element instead of a division. row_threshold finds Tj from the analytic
 // estimate (j - 0.5 - zero) * scale by checking the code function itself at Tj and below it, and
-// says when it cannot decide (the caller then quantizes the row the ordinary way).
+// says when it cannot decide (the caller then quantizes the row the ordinary way); row_thresholds
+// finds all three at once, without branches, for a thread that quantizes a row alone.
 //
 // Included by int2_quantize.cuh inside a namespace (and by the CPU test): it includes nothing.
 #pragma once
@@ -178,24 +179,39 @@ constexpr unsigned short kNoElement = 0x7fffu;    // NaN
 // bf16 step off (the CPU test counts how often the search gives up).
 constexpr int kThresholdSteps = 4;
 
+// The search's constants for level j (1..3): code >= j iff RN(u + 0.5) >= j for u = RN(q + zero),
+// q the quotient: iff u >= u_min, u_min being j - 0.5 or the float below it; iff q + zero reaches
+// u_min less half the gap below it (up to a tie). Where j - 0.5 - zero is near 0 that half gap
+// decides where the threshold lies. They depend on j alone.
+struct LevelSearch {
+  float level, u_min, half_gap;
+};
+INT2T_FN LevelSearch level_search(int j) {
+  LevelSearch s;
+  s.level = static_cast<float>(j);
+  const float a = s.level - 0.5f;
+  const float a_below = float_of(bits_of(a) - 1u);
+  s.u_min = add_rn(a_below, 0.5f) >= s.level ? a_below : a;
+  s.half_gap = mul_rn(sub_rn(s.u_min, float_of(bits_of(s.u_min) - 1u)), 0.5f);
+  return s;
+}
+
+// The search's first candidate for Tj: the analytic estimate, rounded to bf16.
+INT2T_FN float threshold_estimate(const RowScalars& r, const LevelSearch& s) {
+  return round_bf16(mul_rn(sub_rn(sub_rn(s.u_min, r.zero), s.half_gap), r.scale));
+}
+
 // Tj (bf16 bits) for j in 1..3: for every non-NaN bf16 x, code(clamp(x, lo, hi)) >= j exactly
 // when x >= Tj. Requires r.reciprocal. Sets *decided = false when the search gives up.
 INT2T_FN unsigned short row_threshold(const RowScalars& r, int j, bool* decided) {
-  const float level = static_cast<float>(j);
+  const LevelSearch s = level_search(j);
+  const float level = s.level;
   *decided = true;
   if (code_value(r.lo, r) >= level) return kAllElements;
   if (code_value(r.hi, r) < level) return kNoElement;
   // Now lo < Tj <= hi. Start from the estimate, kept inside (lo, hi].
   const float above_lo = bf16_above(r.lo);
-  // code >= j iff RN(u + 0.5) >= j for u = RN(q + zero), q the quotient: iff u >= u_min, u_min
-  // being j - 0.5 or the float below it; iff q + zero reaches u_min less half the gap below it
-  // (up to a tie). Where j - 0.5 - zero is near 0 that half gap decides where the threshold lies.
-  const float a = level - 0.5f;
-  const float a_below = float_of(bits_of(a) - 1u);
-  const float u_min = add_rn(a_below, 0.5f) >= level ? a_below : a;
-  const float half_gap = mul_rn(sub_rn(u_min, float_of(bits_of(u_min) - 1u)), 0.5f);
-  const float estimate = round_bf16(mul_rn(sub_rn(sub_rn(u_min, r.zero), half_gap), r.scale));
-  float v = min_f(max_f(estimate, above_lo), r.hi);
+  float v = min_f(max_f(threshold_estimate(r, s), above_lo), r.hi);
   for (int step = 0; step < kThresholdSteps; ++step) {
     if (code_value(v, r) >= level) {
       if (v == above_lo) return static_cast<unsigned short>(bits_of(v) >> 16);
@@ -208,6 +224,47 @@ INT2T_FN unsigned short row_threshold(const RowScalars& r, int j, bool* decided)
   }
   *decided = false;
   return kNoElement;
+}
+
+// T1, T2 and T3 (bf16 bits, t[j - 1]) as row_threshold gives them, for a thread that quantizes a
+// row alone. row_threshold is a serial chain per level, a branch per candidate; here every
+// level's first candidates are evaluated up front (the estimate v and its bf16 neighbours, codes
+// of lo and hi once for all three), so the three searches are independent chains without
+// branches. Each level settles as row_threshold's first two steps would: at v (code(v) >= j, and
+// v is just above lo or code(below v) < j), or just above v (code(v) < j <= code(above v); the
+// value below that one is v, or the other zero, whose code is the same). When a level needs more
+// steps (none did in the CPU test's 1.17 M rows), all three take row_threshold itself, and the
+// levels that did are added to *searched when it is given. Returns false exactly when
+// row_threshold gives up on a level. Requires r.reciprocal.
+INT2T_FN bool row_thresholds(const RowScalars& r, unsigned short (&t)[3], int* searched = nullptr) {
+  const float code_lo = code_value(r.lo, r), code_hi = code_value(r.hi, r);
+  const float above_lo = bf16_above(r.lo);
+  int unsettled = 0;
+  for (int j = 1; j <= 3; ++j) {  // unrolled: three independent chains
+    const LevelSearch s = level_search(j);
+    const float v = min_f(max_f(threshold_estimate(r, s), above_lo), r.hi);
+    // v is in [above_lo, hi] once lo < Tj <= hi; the neighbours are evaluated whatever the case
+    // (a neighbour past the finite range gives a code that is never used).
+    const float below = bf16_below(v), above = bf16_above(v);
+    const bool at = code_value(v, r) >= s.level;
+    const bool below_reaches = code_value(below, r) >= s.level;
+    const bool above_reaches = code_value(above, r) >= s.level;
+    const bool settled = code_lo >= s.level || code_hi < s.level ||
+                         (at ? v == above_lo || !below_reaches : above_reaches);
+    unsettled += settled ? 0 : 1;
+    t[j - 1] = code_lo >= s.level  ? kAllElements
+               : code_hi < s.level ? kNoElement
+                                   : static_cast<unsigned short>(bits_of(at ? v : above) >> 16);
+  }
+  if (unsettled == 0) return true;
+  if (searched != nullptr) *searched += unsettled;
+  bool decided = true;
+  for (int j = 1; j <= 3; ++j) {
+    bool level_decided = true;
+    t[j - 1] = row_threshold(r, j, &level_decided);
+    decided = decided && level_decided;
+  }
+  return decided;
 }
 
 }  // namespace int2t
