@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <type_traits>
 
 #include "oscar/kernels/cuda_check.h"
@@ -36,11 +37,35 @@
 #ifndef OSCAR_STORE_TENSOR_TURNS
 #define OSCAR_STORE_TENSOR_TURNS 1
 #endif
+// A timeline of the d 64 / 128 store's steps (OSCAR_STORE_TRACE=1, timing studies only:
+// scripts/gpu/store_ablation.cu prints it): the first warp of each warpgroup of the first blocks
+// of KV head 0 records clock64() at fixed points of each step.
+#ifndef OSCAR_STORE_TRACE
+#define OSCAR_STORE_TRACE 0
+#endif
 
 namespace oscar::kernels {
 namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+
+#if OSCAR_STORE_TRACE
+constexpr int kTraceBlocks = 8, kTraceSteps = 16, kTracePoints = 10;
+__device__ long long g_store_trace[2 * kTraceBlocks * 4 * kTraceSteps * kTracePoints];
+#define OSCAR_TRACE(point)                                                                  \
+  do {                                                                                      \
+    if (blockIdx.x < kTraceBlocks && blockIdx.y == 0 && (threadIdx.x & 127) == 0 &&         \
+        step < kTraceSteps)                                                                 \
+      g_store_trace[(((blockIdx.z * kTraceBlocks + blockIdx.x) * 4 + group) * kTraceSteps + \
+                     step) *                                                                \
+                        kTracePoints +                                                      \
+                    (point)] = clock64();                                                   \
+  } while (0)
+#else
+#define OSCAR_TRACE(point) \
+  do {                     \
+  } while (0)
+#endif
 
 __device__ __forceinline__ float bf16_to_float(bf16_bits x) {
   return __bfloat162float(__ushort_as_bfloat16(x));
@@ -2624,8 +2649,10 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 
     // 1. The tile's rows and slots, copied in during the previous tile's quantization (or the
     // prologue).
+    OSCAR_TRACE(0);
     cp_async_wait<0>();
     __syncwarp();
+    OSCAR_TRACE(1);
 
     // 2. x R' - b, one 16-token half at a time (all D / 8 n-tiles in registers), rounded to bf16
     // over the half's rows (lane: rows g, g + 8, columns 2 t, 2 t + 1 of each n-tile).
@@ -2641,6 +2668,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
       const std::uint64_t desc_lo = wgmma_descriptor(r_lo, kCoreBytes, kNStride);
       if (kTurns && (group > 0 || step > 0))
         named_barrier_sync(1 + (group + kGroups - 1) % kGroups, 256);
+      OSCAR_TRACE(2);
 #pragma unroll 1
       for (int half = 0; half < 2; ++half) {
         std::uint32_t a[D / 16][4];
@@ -2669,7 +2697,9 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
         }
         wgmma_commit();
         if (kTurns && half == 1) named_barrier_arrive(1 + group, 256);
+        OSCAR_TRACE(3 + 3 * half);
         wgmma_wait_all();
+        OSCAR_TRACE(4 + 3 * half);
 #pragma unroll
         for (int e = 0; e < D / 2; ++e) register_fence(acc[e]);
 #pragma unroll
@@ -2689,6 +2719,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
           rotated_pair_bits(acc, bias, np, t, packed);
           stmatrix_x4(row_at + np * 16, packed);
         }
+        OSCAR_TRACE(5 + 3 * half);
       }
 #endif
     } else {
@@ -2790,6 +2821,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
       __syncwarp();  // the buffer is read
       store_tc_copy_tile<D>(p, src, head, next_tile, tile_rows, tile_slots);
     }
+    OSCAR_TRACE(9);
   }
   if (kTurns && rotating) {
     // Every turn handed on is taken: a warpgroup with fewer steps than the one before it takes
@@ -3704,5 +3736,55 @@ Status decode_attention(const DecodeParams& p) {
     set_last_error("decode_attention: no kernel for this shape");
   return launched;
 }
+
+#if OSCAR_STORE_TRACE
+// Timing studies only (OSCAR_STORE_TRACE): clears the store's timeline, and prints the mean
+// length of each part of a step over the traced warpgroups' steady steps (neither a warpgroup's
+// first step nor its last), and the gap between a warpgroup handing the turn on and the next one
+// taking it.
+void store_trace_clear() {
+  static const long long zeros[sizeof(g_store_trace) / sizeof(long long)] = {};
+  cudaMemcpyToSymbol(g_store_trace, zeros, sizeof(zeros));
+}
+void store_trace_report(const char* label) {
+  constexpr int kN = sizeof(g_store_trace) / sizeof(long long);
+  static long long t[kN];
+  cudaMemcpyFromSymbol(t, g_store_trace, sizeof(t));
+  const char* parts[] = {"rows wait",   "turn wait", "h0 ldm+issue",
+                         "h0 MMA wait", "h0 drain",  "h1 ldm+issue",
+                         "h1 MMA wait", "h1 drain",  "quantize+copies"};
+  const auto at = [&](int z, int b, int g, int s, int point) {
+    return t[(((z * kTraceBlocks + b) * 4 + g) * kTraceSteps + s) * kTracePoints + point];
+  };
+  for (int z = 0; z < 2; ++z) {
+    double sum[kTracePoints] = {}, step_sum = 0, gap_sum = 0;
+    long long count = 0, gaps = 0;
+    for (int b = 0; b < kTraceBlocks; ++b) {
+      for (int g = 0; g < 4; ++g) {
+        for (int s = 1; s + 1 < kTraceSteps; ++s) {
+          bool full = at(z, b, g, s + 1, 0) != 0;
+          for (int q = 0; q < kTracePoints; ++q) full = full && at(z, b, g, s, q) != 0;
+          if (!full) continue;
+          for (int q = 0; q + 1 < kTracePoints; ++q)
+            sum[q] += static_cast<double>(at(z, b, g, s, q + 1) - at(z, b, g, s, q));
+          step_sum += static_cast<double>(at(z, b, g, s + 1, 0) - at(z, b, g, s, 0));
+          ++count;
+          // The turn: taken (point 2) after the previous warpgroup handed it on (point 6).
+          const int pg = (g + 3) % 4, ps = g == 0 ? s - 1 : s;
+          if (at(z, b, pg, ps, 6) != 0) {
+            gap_sum += static_cast<double>(at(z, b, g, s, 2) - at(z, b, pg, ps, 6));
+            ++gaps;
+          }
+        }
+      }
+    }
+    std::printf("trace %s %s: %lld steady steps, mean cycles:", label, z == 0 ? "K" : "V", count);
+    for (int q = 0; q + 1 < kTracePoints; ++q)
+      std::printf(" %s %.0f,", parts[q], count ? sum[q] / count : 0.0);
+    std::printf(" step %.0f; turn handed on -> taken %.0f\n", count ? step_sum / count : 0.0,
+                gaps ? gap_sum / gaps : 0.0);
+  }
+}
+#endif
 
 }  // namespace oscar::kernels

@@ -6,7 +6,8 @@
 // Hadamard matrix per head; clip 0.96 for keys, 0.96 and then 0.92 for values.
 // With STORE_ABLATION_ARRIVING=values the values arrive rotated (v_rotation null: R_V folded into
 // v_proj), so the keys' tensor-core store takes them beside it; =both: both sides arrive rotated
-// (store_kv_rows_kernel alone).
+// (store_kv_rows_kernel alone). Built with OSCAR_STORE_TRACE=1 (with int2_cache.cu), it prints
+// the timeline of the store's steps after each clip's figures.
 // Usage: store_ablation NAME [ITERATIONS]
 #include <cuda_runtime.h>
 
@@ -23,6 +24,14 @@
 #include "oscar/kernels/int2_cache.h"
 
 using namespace oscar::kernels;
+
+#if OSCAR_STORE_TRACE
+// Defined in int2_cache.cu when it is built with OSCAR_STORE_TRACE=1 (as this driver then is).
+namespace oscar::kernels {
+void store_trace_clear();
+void store_trace_report(const char* label);
+}  // namespace oscar::kernels
+#endif
 
 static std::uint16_t to_bf16(float f) {
   std::uint32_t u;
@@ -159,6 +168,12 @@ int main(int argc, char** argv) {
         (hash_dev(kb, pool_rows * d * 2) * 11);
     const double t_int2 = median_us([&] { store_kv(to_int2); }, iters);
     const double t_bf16 = median_us([&] { store_kv(to_bf16); }, iters);
+#if OSCAR_STORE_TRACE
+    store_trace_clear();
+    store_kv(to_int2);
+    CK(cudaDeviceSynchronize());
+    store_trace_report(vclip_ratio > 0.94f ? "clip V 0.96" : "clip V 0.92");
+#endif
     const double gbs = (in_bytes + out_int2) / (t_int2 * 1e3);
     std::printf(
         "%-12s %5d tokens d %3d clip K 0.96 V %.2f: into INT2 %6.1f us, %5.0f GB/s (%2.0f%% of "
