@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <type_traits>
 
 #include "oscar/kernels/cuda_check.h"
@@ -43,6 +42,9 @@
 #ifndef OSCAR_STORE_TRACE
 #define OSCAR_STORE_TRACE 0
 #endif
+#if OSCAR_STORE_TRACE
+#include <cstdio>
+#endif
 
 namespace oscar::kernels {
 namespace {
@@ -51,15 +53,17 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 #if OSCAR_STORE_TRACE
 constexpr int kTraceBlocks = 8, kTraceSteps = 16, kTracePoints = 10;
-__device__ long long g_store_trace[2 * kTraceBlocks * 4 * kTraceSteps * kTracePoints];
-#define OSCAR_TRACE(point)                                                                  \
-  do {                                                                                      \
-    if (blockIdx.x < kTraceBlocks && blockIdx.y == 0 && (threadIdx.x & 127) == 0 &&         \
-        step < kTraceSteps)                                                                 \
-      g_store_trace[(((blockIdx.z * kTraceBlocks + blockIdx.x) * 4 + group) * kTraceSteps + \
-                     step) *                                                                \
-                        kTracePoints +                                                      \
-                    (point)] = clock64();                                                   \
+constexpr int kTraceGroups = 4;  // warpgroups of a block (kStoreTcWarps / 4)
+__device__ long long g_store_trace[2 * kTraceBlocks * kTraceGroups * kTraceSteps * kTracePoints];
+#define OSCAR_TRACE(point)                                                               \
+  do {                                                                                   \
+    if (blockIdx.x < kTraceBlocks && blockIdx.y == 0 && (threadIdx.x & 127) == 0 &&      \
+        step < kTraceSteps)                                                              \
+      g_store_trace[(((blockIdx.z * kTraceBlocks + blockIdx.x) * kTraceGroups + group) * \
+                         kTraceSteps +                                                   \
+                     step) *                                                             \
+                        kTracePoints +                                                   \
+                    (point)] = clock64();                                                \
   } while (0)
 #else
 #define OSCAR_TRACE(point) \
@@ -3742,25 +3746,28 @@ Status decode_attention(const DecodeParams& p) {
 // length of each part of a step over the traced warpgroups' steady steps (neither a warpgroup's
 // first step nor its last), and the gap between a warpgroup handing the turn on and the next one
 // taking it.
-void store_trace_clear() {
+Status store_trace_clear() {
   static const long long zeros[sizeof(g_store_trace) / sizeof(long long)] = {};
-  cudaMemcpyToSymbol(g_store_trace, zeros, sizeof(zeros));
+  OSCAR_CUDA_CHECK(cudaMemcpyToSymbol(g_store_trace, zeros, sizeof(zeros)));
+  return Status::kOk;
 }
-void store_trace_report(const char* label) {
+Status store_trace_report(const char* label) {
+  static_assert(kTraceGroups * 4 == kStoreTcWarps, "a warpgroup is four warps");
   constexpr int kN = sizeof(g_store_trace) / sizeof(long long);
   static long long t[kN];
-  cudaMemcpyFromSymbol(t, g_store_trace, sizeof(t));
+  OSCAR_CUDA_CHECK(cudaMemcpyFromSymbol(t, g_store_trace, sizeof(t)));
   const char* parts[] = {"rows wait",   "turn wait", "h0 ldm+issue",
                          "h0 MMA wait", "h0 drain",  "h1 ldm+issue",
                          "h1 MMA wait", "h1 drain",  "quantize+copies"};
   const auto at = [&](int z, int b, int g, int s, int point) {
-    return t[(((z * kTraceBlocks + b) * 4 + g) * kTraceSteps + s) * kTracePoints + point];
+    return t[(((z * kTraceBlocks + b) * kTraceGroups + g) * kTraceSteps + s) * kTracePoints +
+             point];
   };
   for (int z = 0; z < 2; ++z) {
     double sum[kTracePoints] = {}, step_sum = 0, gap_sum = 0;
     long long count = 0, gaps = 0;
     for (int b = 0; b < kTraceBlocks; ++b) {
-      for (int g = 0; g < 4; ++g) {
+      for (int g = 0; g < kTraceGroups; ++g) {
         for (int s = 1; s + 1 < kTraceSteps; ++s) {
           bool full = at(z, b, g, s + 1, 0) != 0;
           for (int q = 0; q < kTracePoints; ++q) full = full && at(z, b, g, s, q) != 0;
@@ -3770,7 +3777,7 @@ void store_trace_report(const char* label) {
           step_sum += static_cast<double>(at(z, b, g, s + 1, 0) - at(z, b, g, s, 0));
           ++count;
           // The turn: taken (point 2) after the previous warpgroup handed it on (point 6).
-          const int pg = (g + 3) % 4, ps = g == 0 ? s - 1 : s;
+          const int pg = (g + kTraceGroups - 1) % kTraceGroups, ps = g == 0 ? s - 1 : s;
           if (at(z, b, pg, ps, 6) != 0) {
             gap_sum += static_cast<double>(at(z, b, g, s, 2) - at(z, b, pg, ps, 6));
             ++gaps;
@@ -3784,6 +3791,7 @@ void store_trace_report(const char* label) {
     std::printf(" step %.0f; turn handed on -> taken %.0f\n", count ? step_sum / count : 0.0,
                 gaps ? gap_sum / gaps : 0.0);
   }
+  return Status::kOk;
 }
 #endif
 

@@ -28,8 +28,8 @@ using namespace oscar::kernels;
 #if OSCAR_STORE_TRACE
 // Defined in int2_cache.cu when it is built with OSCAR_STORE_TRACE=1 (as this driver then is).
 namespace oscar::kernels {
-void store_trace_clear();
-void store_trace_report(const char* label);
+Status store_trace_clear();
+Status store_trace_report(const char* label);
 }  // namespace oscar::kernels
 #endif
 
@@ -169,10 +169,12 @@ int main(int argc, char** argv) {
     const double t_int2 = median_us([&] { store_kv(to_int2); }, iters);
     const double t_bf16 = median_us([&] { store_kv(to_bf16); }, iters);
 #if OSCAR_STORE_TRACE
-    store_trace_clear();
-    store_kv(to_int2);
-    CK(cudaDeviceSynchronize());
-    store_trace_report(vclip_ratio > 0.94f ? "clip V 0.96" : "clip V 0.92");
+    if (store_trace_clear() != Status::kOk || store_kv(to_int2) != Status::kOk ||
+        cudaDeviceSynchronize() != cudaSuccess ||
+        store_trace_report(vclip_ratio > 0.94f ? "clip V 0.96" : "clip V 0.92") != Status::kOk) {
+      std::fprintf(stderr, "store_ablation: the traced store failed\n");
+      return 4;
+    }
 #endif
     const double gbs = (in_bytes + out_int2) / (t_int2 * 1e3);
     std::printf(
