@@ -453,8 +453,9 @@ TEST(Int2RowThread, PackedOperationsAndNaN) {
 // the rotation: ((x - mean) / s) R = x R' - b with R' = diag(1 / s) R split into bf16 high and low
 // terms, b = mean (R'_hi + R'_lo) in float32, and x the bf16 row as it is. Emulated here as the
 // mma computes it: each 16-element k-step's products summed exactly (bf16 x bf16 products are
-// exact; float64 holds 16 of them), added to a float32 accumulator, b subtracted, the result
-// rounded to bf16. Against the float64 product of the centred, smoothed row, the error must stay
+// exact; float64 holds 16 of them), added to a float32 accumulator that starts at -b (the
+// kernels' order; subtracting b after the product measured the same errors), the result rounded
+// to bf16. Against the float64 product of the centred, smoothed row, the error must stay
 // within the GPU test's one bf16 step (2^-7 of the row's largest value) with keys far from zero
 // mean (means of ~20 standard deviations, where x R' is ~20x larger than the result) and
 // smoothing scales 0.5-1.25; it is in fact the bf16 rounding of the result (2^-8). Without R'_lo
@@ -514,7 +515,7 @@ TEST(Int2StoreSplit, FoldedRotationKeepsFloat32Accuracy) {
             exact += static_cast<double>((x[i] - mean[i]) / smooth[i]) * r[i * d + j];
           }
           row_max = std::max(row_max, std::fabs(exact));
-          float acc_split = 0.0f, acc_hi = 0.0f;
+          float acc_split = 0.0f - b[j], acc_hi = 0.0f - b_hi[j];
           for (int k0 = 0; k0 < d; k0 += 16) {
             double hh = 0.0, hl = 0.0;
             for (int i = k0; i < k0 + 16; ++i) {
@@ -525,8 +526,8 @@ TEST(Int2StoreSplit, FoldedRotationKeepsFloat32Accuracy) {
             acc_split = acc_split + static_cast<float>(hl);
             acc_hi = acc_hi + static_cast<float>(hh);
           }
-          err_split = std::max(err_split, std::fabs(bf16(acc_split - b[j]) - exact));
-          err_hi = std::max(err_hi, std::fabs(bf16(acc_hi - b_hi[j]) - exact));
+          err_split = std::max(err_split, std::fabs(bf16(acc_split) - exact));
+          err_hi = std::max(err_hi, std::fabs(bf16(acc_hi) - exact));
         }
         worst_split = std::max(worst_split, err_split / row_max);
         worst_hi = std::max(worst_hi, err_hi / row_max);

@@ -2115,6 +2115,31 @@ __device__ __forceinline__ void rotated_pair_bits(const float (&acc)[N], const f
         bf16x2_bits(__fsub_rn(acc[4 * nt + 2], b.x), __fsub_rn(acc[4 * nt + 3], b.y));
   }
 }
+// The accumulators of a warp's 16 rows (the m16n8 C layout, n-tile by n-tile) set to -b, which
+// shared memory holds (build_store_rotation): the products then accumulate onto it.
+template <int N>
+__device__ __forceinline__ void accumulators_at_minus_b(float (&acc)[N], const float* minus_b,
+                                                        int t) {
+#pragma unroll
+  for (int nt = 0; nt < N / 4; ++nt) {
+    const float2 m = *reinterpret_cast<const float2*>(minus_b + nt * 8 + 2 * t);
+    acc[4 * nt] = m.x;
+    acc[4 * nt + 1] = m.y;
+    acc[4 * nt + 2] = m.x;
+    acc[4 * nt + 3] = m.y;
+  }
+}
+// The stmatrix_x4 operands of n-tiles 2 np and 2 np + 1 when the accumulators hold x R' - b.
+template <int N>
+__device__ __forceinline__ void rounded_pair_bits(const float (&acc)[N], int np,
+                                                  std::uint32_t (&packed)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int nt = 2 * np + h;
+    packed[2 * h] = bf16x2_bits(acc[4 * nt], acc[4 * nt + 1]);
+    packed[2 * h + 1] = bf16x2_bits(acc[4 * nt + 2], acc[4 * nt + 3]);
+  }
+}
 __device__ __forceinline__ void stmatrix_x4(__nv_bfloat16* row, const std::uint32_t (&r)[4]) {
   const auto address = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
@@ -2280,8 +2305,8 @@ __device__ __forceinline__ void build_store_rotation(const StoreKvParams& p, int
                                                      __nv_bfloat16* r_hi, __nv_bfloat16* r_lo,
                                                      float* bias, float* mean_sm) {
   constexpr int kThreads = kStoreTcWarps * 32;
-  // R' = diag(1 / s) R as high / low terms, transposed; then b = mean R' from those terms (so that
-  // x R'_split - b is (x - mean) R'_split up to float32 rounding).
+  // R' = diag(1 / s) R as high / low terms, transposed; then -b, b = mean R' from those terms (so
+  // that x R'_split - b is (x - mean) R'_split up to float32 rounding).
   const float* rot =
       (is_key ? p.k_rotation : p.v_rotation) + static_cast<std::int64_t>(head) * D * D;
   const float* mean = is_key ? p.k_mean : p.v_mean;
@@ -2345,7 +2370,8 @@ __device__ __forceinline__ void build_store_rotation(const StoreKvParams& p, int
     }
 #pragma unroll
     for (int off = kParts / 2; off > 0; off >>= 1) b += __shfl_xor_sync(kFullMask, b, off);
-    if (part == 0) bias[j] = b;
+    // -b: the kernels start their accumulators there (0 - b: +0 where b is 0).
+    if (part == 0) bias[j] = 0.0f - b;
   }
   __syncthreads();
 }
@@ -2395,7 +2421,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32)
   extern __shared__ __align__(16) unsigned char store_tc_smem[];
   __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);
   __nv_bfloat16* const r_lo = r_hi + D * Layout::kPitch;
-  float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);
+  float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);  // -b
   const int head = static_cast<int>(blockIdx.x);
   const bool is_key = store_side_is_key(p, blockIdx.y, gridDim.y, true);
   build_store_rotation<D, false>(p, head, is_key, r_hi, r_lo, bias, bias + D);
@@ -2560,7 +2586,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
   // R'^T's terms, element (j, i) = R'[i][j] at store_rt_index<D, kCoreLayout>(j, i).
   __nv_bfloat16* const r_hi = reinterpret_cast<__nv_bfloat16*>(store_tc_smem);
   __nv_bfloat16* const r_lo = r_hi + D * P;
-  float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);
+  float* const bias = reinterpret_cast<float*>(store_tc_smem + Layout::kRotationBytes);  // -b
   float* const mean_sm = bias + D;
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   __nv_bfloat16* const tile_rows = reinterpret_cast<__nv_bfloat16*>(
@@ -2670,6 +2696,11 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
       constexpr unsigned kCoreBytes = 128, kNStride = (D / 8) * kCoreBytes;
       const std::uint64_t desc_hi = wgmma_descriptor(r_hi, kCoreBytes, kNStride);
       const std::uint64_t desc_lo = wgmma_descriptor(r_lo, kCoreBytes, kNStride);
+      // The accumulators start at -b, so that the drain only rounds (the subtraction after the
+      // product was 64 instructions a half, the first half's inside the turn): the first half's
+      // set before the turn is taken, the second half's once the first is drained.
+      float acc[D / 2];
+      accumulators_at_minus_b(acc, bias, lane & 3);
       if (kTurns && (group > 0 || step > 0))
         named_barrier_sync(1 + (group + kGroups - 1) % kGroups, 256);
       OSCAR_TRACE(2);
@@ -2680,14 +2711,13 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
         for (int ks = 0; ks < D / 16; ++ks) {
           ldmatrix_x4(a[ks], tile_rows + (half * 16 + (lane & 15)) * P + ks * 16 + (lane >> 4) * 8);
         }
-        float acc[D / 2];  // set by the first MMA (it does not accumulate)
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           // k-step ks starts 2 core matrices (256 bytes, 16 descriptor units) further along K.
 #if !OSCAR_STORE_ABLATE_PRODUCT
           if (OSCAR_STORE_ABLATE_ONE_K_STEP && ks > 0) continue;
-          wgmma_bf16<D>(acc, a[ks], desc_hi + 16 * ks, ks > 0);
+          wgmma_bf16<D>(acc, a[ks], desc_hi + 16 * ks, 1);
 #if !OSCAR_STORE_ABLATE_LOW_TERM
           wgmma_bf16<D>(acc, a[ks], desc_lo + 16 * ks, 1);
 #endif
@@ -2720,9 +2750,10 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
           std::uint32_t packed[4];
-          rotated_pair_bits(acc, bias, np, t, packed);
+          rounded_pair_bits(acc, np, packed);
           stmatrix_x4(row_at + np * 16, packed);
         }
+        if (half == 0) accumulators_at_minus_b(acc, bias, t);
         OSCAR_TRACE(5 + 3 * half);
       }
 #endif
@@ -2733,7 +2764,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+          for (int e = 0; e < 4; ++e) acc[nt][e] = bias[nt * 8 + 2 * (lane & 3) + (e & 1)];  // -b
         }
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
@@ -2759,11 +2790,11 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt) {
           const int col = nt * 8 + 2 * t, row = half * 16 + g;
-          const float b0 = bias[col], b1 = bias[col + 1];
+          // The accumulators hold x R' - b: they started at -b.
           *reinterpret_cast<__nv_bfloat162*>(tile_rows + row * P + col) =
-              __floats2bfloat162_rn(__fsub_rn(acc[nt][0], b0), __fsub_rn(acc[nt][1], b1));
+              __floats2bfloat162_rn(acc[nt][0], acc[nt][1]);
           *reinterpret_cast<__nv_bfloat162*>(tile_rows + (row + 8) * P + col) =
-              __floats2bfloat162_rn(__fsub_rn(acc[nt][2], b0), __fsub_rn(acc[nt][3], b1));
+              __floats2bfloat162_rn(acc[nt][2], acc[nt][3]);
         }
       }
     }

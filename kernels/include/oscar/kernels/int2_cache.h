@@ -109,7 +109,8 @@ Status store_kv(const StoreKvParams& params);
 // The prepared rotation of a store (StoreKvParams::prepared), built once per bundle and layer:
 // for K then V, per KV head, R'^T's high and low bf16 terms (d x d each, in 8 x 8 core-matrix
 // order; at head_dim 256 in chunks of 16 rows of both terms, which the store streams) and b (d
-// float32), which is what every tensor-core store block would otherwise compute from R, the mean
+// float32; stored negated at head_dim 64 and 128, where the store's accumulators start at -b),
+// which is what every tensor-core store block would otherwise compute from R, the mean
 // and the smoothing. store_kv_prepared_bytes gives its size (0 for an unsupported head_dim);
 // prepare_store_kv fills `prepared` (device memory, 16-byte aligned) from params' num_kv_heads,
 // head_dim, rotations, means, smoothing and stream; a side whose rotation is null (rows that
