@@ -450,6 +450,7 @@ int main(int argc, char** argv) {
       Arriving arriving = Arriving::kNone;
       bool headline = false;
     };
+    // scripts/gpu-check profile-store picks the prepared store by counting launches in this order.
     std::vector<StoreRun> runs = {{StoreKvPath::kFloat32, false, "float32"}};
     if (d != 256) {
       runs.insert(runs.end(),
