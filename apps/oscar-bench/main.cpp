@@ -2,6 +2,7 @@
 // cache, against the card's measured copy bandwidth, plus demotion (quantize-and-pack) throughput.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -94,6 +95,16 @@ EvictMode g_evict_mode = EvictMode::kRead;
 // (L2 is left with clean lines, as after the weight-reading GEMMs that precede attention);
 // --flush write memsets instead, and the timed run then also pays for writing ~50 MB of dirty
 // lines back. scripts/gpu/bench_sdpa.py times torch the same way.
+// An NVTX range over a part of the benchmark, so that profilers can select it by name (e.g.
+// scripts/gpu-check profile-store: ncu --nvtx --nvtx-include "store_kv-int2-auto-prepared/").
+class ProfileRange {
+ public:
+  explicit ProfileRange(const std::string& name) { nvtxRangePushA(name.c_str()); }
+  ~ProfileRange() { nvtxRangePop(); }
+  ProfileRange(const ProfileRange&) = delete;
+  ProfileRange& operator=(const ProfileRange&) = delete;
+};
+
 template <typename Fn>
 double time_us(Fn&& fn, int iters) {
   static Buffer flush(std::size_t(256) << 20);
@@ -450,7 +461,6 @@ int main(int argc, char** argv) {
       Arriving arriving = Arriving::kNone;
       bool headline = false;
     };
-    // scripts/gpu-check profile-store picks the prepared store by counting launches in this order.
     std::vector<StoreRun> runs = {{StoreKvPath::kFloat32, false, "float32"}};
     if (d != 256) {
       runs.insert(runs.end(),
@@ -492,8 +502,25 @@ int main(int argc, char** argv) {
       to_int2.int2_slot = slots.as<std::int64_t>();
       to_bf16.bf16_slot = slots.as<std::int64_t>();
       if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) die("store_kv");
-      const double int2_us = time_us([&] { store_kv(to_int2); }, o.iters);
-      const double bf16_us = time_us([&] { store_kv(to_bf16); }, o.iters);
+      // Named for profilers: store_kv-int2-<path>[-prepared][-values_arriving | -both_arriving].
+      const char* path_key = run.path == StoreKvPath::kFloat32          ? "float32"
+                             : run.path == StoreKvPath::kTensorCoreSync ? "mma_sync"
+                             : run.path == StoreKvPath::kTensorCore     ? "tensor_core"
+                                                                        : "auto";
+      const std::string range_key =
+          fmt::format("{}{}{}", path_key, run.prepared ? "-prepared" : "",
+                      run.arriving == Arriving::kValues ? "-values_arriving"
+                      : run.arriving == Arriving::kBoth ? "-both_arriving"
+                                                        : "");
+      double int2_us = 0, bf16_us = 0;
+      {
+        ProfileRange range("store_kv-int2-" + range_key);
+        int2_us = time_us([&] { store_kv(to_int2); }, o.iters);
+      }
+      {
+        ProfileRange range("store_kv-bf16-" + range_key);
+        bf16_us = time_us([&] { store_kv(to_bf16); }, o.iters);
+      }
       const double in_bytes = 2.0 * static_cast<double>(rows) * d * 2;
       const double int2_gbs =
           (in_bytes + 2.0 * static_cast<double>(rows) * (d / 4 + 4)) / (int2_us * 1e3);
