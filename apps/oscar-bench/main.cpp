@@ -88,13 +88,6 @@ void fill_bf16(Buffer& b, std::size_t count, std::mt19937& rng) {
 
 EvictMode g_evict_mode = EvictMode::kRead;
 
-// Median time in microseconds of `fn` over `iters` runs, events around each run. Before each run
-// 256 MiB are streamed through L2 (50 MB on H100), so that every run reads its cache from HBM as a
-// decode step over a model's layers does, and the GPU is kept busy while the host enqueues the
-// run, so that host-side launch costs are not timed (as in a CUDA graph). The default flush reads
-// (L2 is left with clean lines, as after the weight-reading GEMMs that precede attention);
-// --flush write memsets instead, and the timed run then also pays for writing ~50 MB of dirty
-// lines back. scripts/gpu/bench_sdpa.py times torch the same way.
 // An NVTX range over a part of the benchmark, so that profilers can select it by name (e.g.
 // scripts/gpu-check profile-store: ncu --nvtx --nvtx-include "store_kv-int2-auto-prepared/").
 class ProfileRange {
@@ -105,6 +98,13 @@ class ProfileRange {
   ProfileRange& operator=(const ProfileRange&) = delete;
 };
 
+// Median time in microseconds of `fn` over `iters` runs, events around each run. Before each run
+// 256 MiB are streamed through L2 (50 MB on H100), so that every run reads its cache from HBM as a
+// decode step over a model's layers does, and the GPU is kept busy while the host enqueues the
+// run, so that host-side launch costs are not timed (as in a CUDA graph). The default flush reads
+// (L2 is left with clean lines, as after the weight-reading GEMMs that precede attention);
+// --flush write memsets instead, and the timed run then also pays for writing ~50 MB of dirty
+// lines back. scripts/gpu/bench_sdpa.py times torch the same way.
 template <typename Fn>
 double time_us(Fn&& fn, int iters) {
   static Buffer flush(std::size_t(256) << 20);
@@ -502,7 +502,7 @@ int main(int argc, char** argv) {
       to_int2.int2_slot = slots.as<std::int64_t>();
       to_bf16.bf16_slot = slots.as<std::int64_t>();
       if (store_kv(to_int2) != Status::kOk || store_kv(to_bf16) != Status::kOk) die("store_kv");
-      // Named for profilers: store_kv-int2-<path>[-prepared][-values_arriving | -both_arriving].
+      // Named for profilers: store_kv-<int2|bf16>-<path>[-prepared][-<side>_arriving].
       const char* path_key = run.path == StoreKvPath::kFloat32          ? "float32"
                              : run.path == StoreKvPath::kTensorCoreSync ? "mma_sync"
                              : run.path == StoreKvPath::kTensorCore     ? "tensor_core"
