@@ -262,6 +262,89 @@ struct ThreadTally {
   std::int64_t rows = 0, exact_path = 0;
 };
 
+// The pair form (int2q::store_row_pair on the GPU): a row's words split between two threads, for
+// every quarter f of the row the D / 16 words from element f D / 4 + half D / 8 on.
+template <int D>
+void split_for_pair(const unsigned (&w)[D / 2], unsigned (&halves)[2][D / 4]) {
+  for (int half = 0; half < 2; ++half) {
+    for (int f = 0; f < 4; ++f) {
+      for (int i = 0; i < D / 16; ++i) {
+        halves[half][f * (D / 16) + i] = w[f * (D / 8) + half * (D / 16) + i];
+      }
+    }
+  }
+}
+
+// The clip key as thread `half` of a pair computes it: its own list of L keys, its partner's list
+// (moved by a shuffle on the GPU).
+template <int H, int L>
+unsigned pair_key_of_length(const unsigned (&halves)[2][H], int r, int half) {
+  unsigned lists[2][L];
+  int2r::top_list_blocks<H, L>(halves[0], lists[0]);
+  int2r::top_list_blocks<H, L>(halves[1], lists[1]);
+  return int2r::pair_list_key<L>(lists[half], lists[1 - half], r);
+}
+
+template <int D>
+unsigned pair_key(const unsigned (&halves)[2][D / 4], int r, int half) {
+  switch (int2r::pair_top_length<D>(r)) {
+    case 6:
+      return pair_key_of_length<D / 4, 6>(halves, r, half);
+    case 8:
+      return pair_key_of_length<D / 4, 8>(halves, r, half);
+    case 11:
+      return pair_key_of_length<D / 4, 11>(halves, r, half);
+    case 16:
+      return pair_key_of_length<D / 4, 16>(halves, r, half);
+    case 21:
+      return pair_key_of_length<D / 4, 21>(halves, r, half);
+    default:
+      return pair_key_of_length<D / 4, 32>(halves, r, half);
+  }
+}
+
+// Both threads of a pair against the thread form's result for the same row: the same clip key,
+// the same decision, and together the same codes and (scale, zero).
+template <int D>
+bool check_pair_row(const unsigned (&w)[D / 2], int r, unsigned key, bool served,
+                    const unsigned (&codes)[D / 16], unsigned scale_zero) {
+  unsigned halves[2][D / 4];
+  split_for_pair<D>(w, halves);
+  unsigned low[2], high[2];
+  for (int half = 0; half < 2; ++half)
+    int2r::range_of_words<D / 4>(halves[half], low[half], high[half]);
+  for (int half = 0; half < 2; ++half) {
+    const unsigned half_key = pair_key<D>(halves, r, half);
+    if (half_key != key) {
+      ADD_FAILURE() << "pair half " << half << ": clip key " << half_key << ", thread form " << key;
+      return false;
+    }
+    unsigned lo = low[half], hi = high[half];
+    int2r::range_update(lo, hi, low[1 - half]);
+    int2r::range_update(lo, hi, high[1 - half]);
+    unsigned half_codes[D / 32], half_scale_zero = 0;
+    const bool half_served =
+        int2r::quantize_words<D / 4, true>(halves[half], lo, hi, key, half_codes, half_scale_zero);
+    if (half_served != served) {
+      ADD_FAILURE() << "pair half " << half << ": served " << half_served << ", thread form "
+                    << served;
+      return false;
+    }
+    if (!served) continue;
+    for (int j = 0; j < D / 32; ++j) {
+      if (half_codes[j] != codes[half * (D / 32) + j]) {
+        ADD_FAILURE() << "pair half " << half << ": code word " << j << " differs";
+        return false;
+      }
+    }
+    if (half_scale_zero != scale_zero) {
+      ADD_FAILURE() << "pair half " << half << ": (scale, zero) differs";
+      return false;
+    }
+  }
+  return true;
+}
+
 // One row through int2r (threshold key, then codes and scalars) against the reference cache row.
 // The row-per-thread quantizer must either match it bit for bit or decline exactly when the
 // threshold form cannot serve the row (then the kernel quantizes it the ordinary way).
@@ -282,6 +365,7 @@ bool check_thread_row(const std::vector<float>& x, float ratio, ThreadTally& tal
   ++tally.rows;
   unsigned codes[D / 16], scale_zero = 0;
   const bool served = int2r::quantize_row<D>(w, key, codes, scale_zero);
+  if (!check_pair_row<D>(w, r, key, served, codes, scale_zero)) return false;
   const auto [mn, mx] = std::minmax_element(x.begin(), x.end());
   const int2t::RowScalars rs = int2t::row_scalars(*mn, *mx, t);
   bool decided = rs.reciprocal;
@@ -401,6 +485,14 @@ void check_selection(std::mt19937& rng) {
           << "d " << D << ", powers of two, pattern " << pattern << ", row " << row << ", r " << r;
       ASSERT_EQ((int2r::threshold_key<D, kNoListOf6Or21>(w, r)), sorted[r])
           << "d " << D << ", no 6 or 21, pattern " << pattern << ", row " << row << ", r " << r;
+      // The pair form: each thread's list of its half, merged with its partner's.
+      unsigned halves[2][D / 4];
+      split_for_pair<D>(w, halves);
+      for (int half = 0; half < 2; ++half) {
+        ASSERT_EQ(pair_key<D>(halves, r, half), sorted[r])
+            << "d " << D << ", pair half " << half << ", pattern " << pattern << ", row " << row
+            << ", r " << r;
+      }
     }
   }
 }

@@ -12,8 +12,11 @@
 #include "oscar/kernels/cuda_check.h"
 #include "oscar/kernels/int2_cache.h"
 
-// Ablations of the tensor-core store, for timing its parts (scripts/gpu/store-ablation): each
-// drops one part of the work and so stores wrong values; all are off in every normal build.
+// Ablations of the tensor-core stores, for timing their parts (scripts/gpu/store-ablation): each
+// drops one part of the work and so stores wrong values; all are off in every normal build. The
+// d 256 store takes PRODUCT, LOW_TERM and QUANTIZE, and
+//   OSCAR_STORE256_ABLATE_STREAM  the product from the first chunks of R' only (no chunk streamed
+//                                from L2 after the ring's first fill).
 //   OSCAR_STORE_ABLATE_PRODUCT   no warpgroup MMA (the accumulators come from the row itself);
 //   OSCAR_STORE_ABLATE_LOW_TERM  the product with R'_hi only (half the tensor work);
 //   OSCAR_STORE_ABLATE_ONE_K_STEP  the product's first k-step only (an eighth of the tensor work
@@ -30,6 +33,14 @@
 #endif
 #ifndef OSCAR_STORE_ABLATE_QUANTIZE
 #define OSCAR_STORE_ABLATE_QUANTIZE 0
+#endif
+#ifndef OSCAR_STORE256_ABLATE_STREAM
+#define OSCAR_STORE256_ABLATE_STREAM 0
+#endif
+// The d 256 store's rows quantized by pairs of lanes (int2q::store_row_pair), on in every normal
+// build; 0 builds the row per thread (int2q::store_row_thread) for comparisons.
+#ifndef OSCAR_STORE256_PAIR_ROWS
+#define OSCAR_STORE256_PAIR_ROWS 1
 #endif
 // The warpgroups' turns at the tensor pipe (store_kv_tc_kernel), on in every normal build; 0 lets
 // them issue their products at will, as before (timed by scripts/gpu/store-ablation).
@@ -3085,7 +3096,70 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
   const bool thread_path = clip_k >= 0 && int2r::top_length<D>(D - 1 - clip_k) > 0;
   const auto element = [&](int r, int i) { return tile_rows[store256_index(warp * 32 + r, i)]; };
   bool stored = int2_row < 0;
-  if (count > kStoreTcWarpRows) {
+  if (OSCAR_STORE256_PAIR_ROWS && count > kStoreTcWarpRows) {
+    // A pair of lanes per row (lanes 2 j and 2 j + 1: row 16 pass + j), two passes: each lane
+    // holds a quarter of the row's words, for every quarter f of the row its elements
+    // f D / 4 + half D / 8 + [0, D / 8) (int2r::quantize_words).
+    const int half = lane & 1;
+    unsigned declined[2];
+#pragma unroll 1
+    for (int pass = 0; pass < 2; ++pass) {
+      const int local = 16 * pass + (lane >> 1), tile_row = warp * 32 + local;
+      const bool live = local < count;
+      const std::int64_t pair_bf16_row = slot_pool_row(
+          p.bf16_slot != nullptr && live ? slots[tile_row] : -1, p.page_size, hkv, head);
+      const std::int64_t pair_int2_row =
+          slot_pool_row(p.int2_slot != nullptr && live ? slots[kStore256Tokens + tile_row] : -1,
+                        p.page_size, hkv, head);
+      unsigned u[D / 4];
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          int2q::unpack_words(
+              *reinterpret_cast<const uint4*>(
+                  tile_rows + store256_index(tile_row, f * (D / 4) + half * (D / 8) + 8 * c)),
+              &u[f * (D / 16) + 4 * c]);
+        }
+      }
+      if (pair_bf16_row >= 0) {
+        bf16_bits* const dst = bf16_pool + pair_bf16_row * D + half * (D / 8);
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+#pragma unroll
+          for (int c = 0; c < D / 64; ++c) {
+            const int m = f * (D / 16) + 4 * c;
+            *reinterpret_cast<uint4*>(dst + f * (D / 4) + 8 * c) =
+                make_uint4(u[m], u[m + 1], u[m + 2], u[m + 3]);
+          }
+        }
+      }
+      bool pair_stored = pair_int2_row < 0;
+#if OSCAR_STORE_ABLATE_QUANTIZE
+      if (pair_int2_row >= 0) {
+        unsigned c4[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int m = 0; m < D / 4; ++m) c4[m % 4] ^= u[m];
+        reinterpret_cast<uint4*>(codes_pool + pair_int2_row * (D / 4) + half * (D / 8))[0] =
+            make_uint4(c4[0], c4[1], c4[2], c4[3]);
+        if (half == 0) reinterpret_cast<unsigned*>(scale_zero_pool)[pair_int2_row] = c4[0];
+      }
+      pair_stored = true;
+#else
+      // The pair quantizer's shuffles need the whole warp; a pass with no INT2 row (a BF16-only
+      // store, the rows past a short tile) skips it as a whole.
+      if (thread_path && __any_sync(kFullMask, pair_int2_row >= 0)) {
+        const bool served =
+            int2q::store_row_pair<D>(u, half, clip_k, codes_pool, scale_zero_pool, pair_int2_row);
+        pair_stored = pair_stored || served;
+      }
+#endif
+      // Bit 2 j: the row of pair j is left to the warp.
+      declined[pass] = __ballot_sync(kFullMask, !pair_stored && half == 0);
+    }
+    // This lane's own row (warp row `lane`) was pair lane >> 4's row in pass lane >> 4.
+    stored = stored || ((declined[lane >> 4] >> (2 * (lane & 15))) & 1u) == 0;
+  } else if (count > kStoreTcWarpRows) {
     unsigned w[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
@@ -3098,8 +3172,12 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
       for (int i = 0; i < D / 8; ++i)
         dst[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
     }
+#if OSCAR_STORE_ABLATE_QUANTIZE
+    stored = stored || int2q::store_row_ablated<D>(w, codes_pool, scale_zero_pool, int2_row);
+#else
     stored = stored || (thread_path && int2q::store_row_thread<D>(w, clip_k, codes_pool,
                                                                   scale_zero_pool, int2_row));
+#endif
   } else if (bf16_row >= 0) {
     uint4* dst = reinterpret_cast<uint4*>(bf16_pool + bf16_row * D);
 #pragma unroll
@@ -3170,19 +3248,30 @@ __global__ void __launch_bounds__(kStore256Warps * 32, 1)
 #pragma unroll 1
       for (int ks = 0; ks < kStore256KSteps; ++ks, ++q) {
         const int slot = static_cast<int>(q % kStore256Stages);
-        mbarrier_wait(full + slot, static_cast<unsigned>((q / kStore256Stages) & 1));
+        if (!OSCAR_STORE256_ABLATE_STREAM || q < kStore256Stages)
+          mbarrier_wait(full + slot, static_cast<unsigned>((q / kStore256Stages) & 1));
         unsigned char* const chunk = ring + slot * kStore256ChunkBytes;
         wgmma_fence();
+#if OSCAR_STORE_ABLATE_PRODUCT
+        if (ks == 0) {
+#pragma unroll
+          for (int e = 0; e < 128; ++e) acc[e] = static_cast<float>(e + (lane & 7)) * 0.0625f;
+        }
+#else
         // k-step ks starts 2 core matrices (256 bytes, 16 descriptor units) further along K.
         wgmma_bf16_ss_n256(acc, a_desc + 16 * ks, wgmma_descriptor(chunk, 128, 256), ks > 0);
+#endif
+#if !OSCAR_STORE_ABLATE_LOW_TERM && !OSCAR_STORE_ABLATE_PRODUCT
         wgmma_bf16_ss_n256(acc, a_desc + 16 * ks,
                            wgmma_descriptor(chunk + kStore256ChunkBytes / 2, 128, 256), 1);
+#endif
         wgmma_commit();
         // The previous chunk's products are done in this warpgroup; once both are, its slot takes
         // the chunk kStore256Stages on.
         wgmma_wait<1>();
         named_barrier_sync(1, kStore256Warps * 32);
-        if (threadIdx.x == 0 && q >= 1 && q - 1 + kStore256Stages < chunks) {
+        if (!OSCAR_STORE256_ABLATE_STREAM && threadIdx.x == 0 && q >= 1 &&
+            q - 1 + kStore256Stages < chunks) {
           const std::int64_t next = q - 1 + kStore256Stages;
           const int free_slot = static_cast<int>((q - 1) % kStore256Stages);
           bulk_copy_counted(ring + free_slot * kStore256ChunkBytes,

@@ -689,7 +689,8 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
 // reductions, scalars shared out across lanes) is ~160 warp instructions; here a row costs its
 // thread ~1500 instructions at a clip ratio of 0.96, ~48 warp instructions per row. Rows the
 // thresholds cannot serve and clip ratios whose top list would be too long (int2r::top_length)
-// go through demote_row_exact, the whole warp on one row.
+// go through demote_row_exact, the whole warp on one row. At d 256 a pair of lanes takes each row
+// (store_row_pair; kRowwiseRows below).
 
 // The four 32-bit words (bf16 pairs) of a 16-byte vector, into w[0..3].
 __device__ __forceinline__ void unpack_words(const uint4& v, unsigned* w) {
@@ -719,6 +720,72 @@ __device__ __forceinline__ bool store_row_thread(const unsigned (&w)[D / 2], int
   return true;
 }
 
+// A pair of lanes (lane and lane ^ 1, both active) quantizes one row, each holding D / 4 of its
+// words (int2r::quantize_words gives the layout; `half` = lane & 1): its top list and range are
+// merged with the partner's by shuffles, both work out the same scalars and code thresholds, and
+// each writes its half of the codes, lane `half` 0 the (scale, zero) word. Half the registers of
+// the row-per-thread form: at d 256 that form holds 128 words a thread and spilled in the
+// tensor-core store. The list length follows the clip position, uniform across the warp.
+template <int H, int L>
+__device__ __forceinline__ unsigned pair_key_of_length(const unsigned (&u)[H], int r) {
+  unsigned mine[L], partner[L];
+  int2r::top_list_blocks<H, L>(u, mine);
+#pragma unroll
+  for (int i = 0; i < L; ++i) partner[i] = __shfl_xor_sync(kFullMask, mine[i], 1);
+  return int2r::pair_list_key<L>(mine, partner, r);
+}
+
+template <int D>
+__device__ __forceinline__ unsigned pair_threshold_key(const unsigned (&u)[D / 4], int r) {
+  constexpr unsigned kLengths = int2r::kTopListLengths;
+  const int length = int2r::pair_top_length<D>(r);
+  if constexpr (int2r::has_length<D, kLengths>(6)) {
+    if (length == 6) return pair_key_of_length<D / 4, 6>(u, r);
+  }
+  if constexpr (int2r::has_length<D, kLengths>(8)) {
+    if (length == 8) return pair_key_of_length<D / 4, 8>(u, r);
+  }
+  if constexpr (int2r::has_length<D, kLengths>(11)) {
+    if (length == 11) return pair_key_of_length<D / 4, 11>(u, r);
+  }
+  if constexpr (int2r::has_length<D, kLengths>(16) && int2r::kTopMax < D >> 16) {
+    if (length == 16) return pair_key_of_length<D / 4, 16>(u, r);
+  }
+  if constexpr (int2r::has_length<D, kLengths>(21)) {
+    if (length == 21) return pair_key_of_length<D / 4, 21>(u, r);
+  }
+  return pair_key_of_length<D / 4, int2r::kTopMax<D>>(u, r);
+}
+
+// Quantizes the row a lane pair holds (clip position k with int2r::top_length<D>(D - 1 - k) > 0;
+// every lane of the warp calls it) and stores it at `row` of the pools (none where row < 0).
+// Returns false, storing nothing, for a row the threshold form declines, on both lanes.
+template <int D>
+__device__ __forceinline__ bool store_row_pair(const unsigned (&u)[D / 4], int half, int k,
+                                               std::uint8_t* codes_pool, bf16_bits* scale_zero_pool,
+                                               std::int64_t row) {
+  static_assert(D >= 128, "a half row's codes as 16-byte vectors");
+  const unsigned key = pair_threshold_key<D>(u, D - 1 - k);
+  unsigned low, high;
+  int2r::range_of_words<D / 4>(u, low, high);
+  // The partner's minima and maxima fold in as two more words of the row.
+  const unsigned partner_low = __shfl_xor_sync(kFullMask, low, 1);
+  const unsigned partner_high = __shfl_xor_sync(kFullMask, high, 1);
+  int2r::range_update(low, high, partner_low);
+  int2r::range_update(low, high, partner_high);
+  unsigned codes[D / 32], scale_zero;
+  if (!int2r::quantize_words<D / 4, true>(u, low, high, key, codes, scale_zero)) return false;
+  if (row >= 0) {
+    uint4* dst = reinterpret_cast<uint4*>(codes_pool + row * (D / 4) + half * (D / 8));
+#pragma unroll
+    for (int i = 0; i < D / 128; ++i) {
+      dst[i] = make_uint4(codes[4 * i], codes[4 * i + 1], codes[4 * i + 2], codes[4 * i + 3]);
+    }
+    if (half == 0) reinterpret_cast<unsigned*>(scale_zero_pool)[row] = scale_zero;
+  }
+  return true;
+}
+
 #if OSCAR_STORE_ABLATE_QUANTIZE
 // Ablation of the store's quantization (timing only): the row's words folded into its codes and
 // (scale, zero), so that its loads and stores stay and the clip selection, range, thresholds and
@@ -739,20 +806,36 @@ __device__ __forceinline__ bool store_row_ablated(const unsigned (&w)[D / 2],
 #endif
 
 constexpr int kRowwiseWarps = 8;
-
-// One warp per 32 rows of one (K or V, KV head); rows run over pages in page order. Needs 16-byte
-// aligned pools (the launcher checks).
+// Rows a warp of the row-per-thread demotion takes: at d 256 a pair of lanes per row
+// (store_row_pair), whose 64 words a lane leave room for two blocks a multiprocessor where a whole
+// row a thread (128 words) took 255 registers and allowed one.
+#ifndef OSCAR_DEMOTE256_PAIR_ROWS
+#define OSCAR_DEMOTE256_PAIR_ROWS 1
+#endif
 template <int D>
-__global__ void __launch_bounds__(kRowwiseWarps * 32)
+constexpr int kRowwiseRows = D == 256 && OSCAR_DEMOTE256_PAIR_ROWS ? 16 : 32;
+inline int rowwise_rows_per_warp(int head_dim) {
+  return head_dim == 256 ? kRowwiseRows<256> : kRowwiseRows<128>;
+}
+
+// One warp per 32 rows (kRowwiseRows) of one (K or V, KV head); rows run over pages in page order.
+// Needs 16-byte aligned pools (the launcher checks).
+// Two blocks a multiprocessor (128 registers) except for a whole d 256 row a thread.
+template <int D>
+constexpr int kRowwiseMinBlocks = D == 256 && kRowwiseRows<D> == 32 ? 1 : 2;
+
+template <int D>
+__global__ void __launch_bounds__(kRowwiseWarps * 32, kRowwiseMinBlocks<D>)
     demote_pages_rowwise_kernel(DemotePagesParams p, int page_size_log2) {
+  constexpr int kRows = kRowwiseRows<D>;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int rows_per_group = p.num_pages << page_size_log2;  // < 2^30 per launch
-  const int warps_per_group = (rows_per_group + 31) >> 5;
+  const int warps_per_group = (rows_per_group + kRows - 1) / kRows;
   const std::int64_t warp_task =
       static_cast<std::int64_t>(blockIdx.x) * kRowwiseWarps + (threadIdx.x >> 5);
   if (warp_task >= std::int64_t{2} * p.num_kv_heads * warps_per_group) return;
   const int group = static_cast<int>(warp_task / warps_per_group);
-  const int first = static_cast<int>(warp_task - std::int64_t{group} * warps_per_group) * 32;
+  const int first = static_cast<int>(warp_task - std::int64_t{group} * warps_per_group) * kRows;
   const bool is_key = group < p.num_kv_heads;
   const int head = is_key ? group : group - p.num_kv_heads;
   const int k = clip_position<D>((is_key ? p.k_clip : p.v_clip)[head]);
@@ -760,7 +843,8 @@ __global__ void __launch_bounds__(kRowwiseWarps * 32)
   std::uint8_t* codes_pool = is_key ? p.k_codes : p.v_codes;
   bf16_bits* scale_zero_pool = is_key ? p.k_scale_zero : p.v_scale_zero;
 
-  const int row = first + lane;
+  const int half = lane & 1;  // pairs: which half of the row's words
+  const int row = first + (kRows == 16 ? lane >> 1 : lane);
   const bool active = row < rows_per_group;
   std::int64_t src_row = 0, dst_row = 0;
   if (active) {
@@ -774,7 +858,22 @@ __global__ void __launch_bounds__(kRowwiseWarps * 32)
   }
   const bool thread_path = k >= 0 && int2r::top_length<D>(D - 1 - k) > 0;  // warp-uniform
   bool stored = false;
-  if (thread_path) {
+  if constexpr (kRows == 16) {
+    if (thread_path) {
+      unsigned u[D / 4];
+      const bf16_bits* src = source + src_row * D + half * (D / 8);
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {
+          const uint4* chunk = reinterpret_cast<const uint4*>(src + f * (D / 4) + 8 * c);
+          unpack_words(active ? __ldcs(chunk) : make_uint4(0, 0, 0, 0), &u[f * (D / 16) + 4 * c]);
+        }
+      }
+      stored = store_row_pair<D>(u, half, k, codes_pool, scale_zero_pool, active ? dst_row : -1) &&
+               active;
+    }
+  } else if (thread_path) {
     unsigned w[D / 2];
     const uint4* src = reinterpret_cast<const uint4*>(source + src_row * D);
 #pragma unroll
@@ -783,8 +882,10 @@ __global__ void __launch_bounds__(kRowwiseWarps * 32)
     }
     stored = active && store_row_thread<D>(w, k, codes_pool, scale_zero_pool, dst_row);
   }
-  // The rest, one row at a time by the whole warp.
-  for (unsigned rest = __ballot_sync(kFullMask, active && !stored); rest != 0; rest &= rest - 1) {
+  // The rest, one row at a time by the whole warp (a pair's row counted once).
+  const bool reports = kRows == 32 || half == 0;
+  for (unsigned rest = __ballot_sync(kFullMask, active && !stored && reports); rest != 0;
+       rest &= rest - 1) {
     const int i = __ffs(rest) - 1;
     const std::int64_t s = __shfl_sync(kFullMask, src_row, i);
     const std::int64_t d = __shfl_sync(kFullMask, dst_row, i);
@@ -828,8 +929,10 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
     };
     if (rowwise) {
       const int page_size_log2 = p.page_size == 16 ? 4 : 3;
-      const std::int64_t warp_tasks = 2 * std::int64_t{p.num_kv_heads} *
-                                      ((std::int64_t{part.num_pages} * p.page_size + 31) / 32);
+      const int warp_rows = int2q::rowwise_rows_per_warp(p.head_dim);
+      const std::int64_t warp_tasks =
+          2 * std::int64_t{p.num_kv_heads} *
+          ((std::int64_t{part.num_pages} * p.page_size + warp_rows - 1) / warp_rows);
       const auto rowwise_blocks =
           static_cast<unsigned>((warp_tasks + int2q::kRowwiseWarps - 1) / int2q::kRowwiseWarps);
       constexpr unsigned kRowwiseThreads = int2q::kRowwiseWarps * 32;

@@ -1,9 +1,10 @@
 // One thread quantizes one whole bf16 row into the INT2 row format: clip threshold from top lists
 // of magnitude keys (insertion, or sorted blocks merged in), scalars and code thresholds from
-// int2_thresholds.h, codes by three packed comparisons per pair of elements. Shared by the CUDA
-// row-per-thread demotion kernel and a CPU test (the same operations on both sides; the packed
-// 16-bit and bf16 operations have plain C++ stand-ins on the host, code_sums' bf16 sums an
-// integer count giving the same bits).
+// int2_thresholds.h, codes by three packed comparisons per pair of elements. Or a pair of threads
+// shares a row, each with half its words (the pair's lists and ranges merged; the caller moves
+// them between the two). Shared by the CUDA row-per-thread kernels and a CPU test (the same
+// operations on both sides; the packed 16-bit and bf16 operations have plain C++ stand-ins on the
+// host, code_sums' bf16 sums an integer count giving the same bits).
 //
 // Included by int2_quantize.cuh inside a namespace (and by the CPU test); it includes only
 // int2_thresholds.h. On the device it needs cuda_bf16.h (included by the .cu file before).
@@ -268,10 +269,13 @@ INT2R_FN void bitonic_sort(unsigned (&c)[L]) {
 // at 11, 13.75 at 16, 16.25 at 21 and 25.75 at 32, against 11 and 21-31 for insertion into lists
 // of 6 and 11-16 keys (on an H100 the demotion at clip 0.92 took 616 us with insertion, 524 with
 // blocks into lists of 16; the packed min / max run on the integer pipe, its busiest).
-template <int D, int L>
-INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
+// top_list_blocks leaves the L largest keys of H words, sorted descending, in `merged` (both
+// halves of each entry hold the list, the keys doubled as sort_keys makes them); top_key_blocks
+// then picks entry r.
+template <int H, int L>
+INT2R_FN void top_list_blocks(const unsigned (&w)[H], unsigned (&merged)[L]) {
   static_assert(L >= 4 && L <= 32, "lists of 4 to 32 keys");
-  static_assert((D / 2) % 8 == 0, "whole blocks of 8 words");
+  static_assert(H % 8 == 0, "whole blocks of 8 words");
   constexpr int kMerged = L < 8 ? L : 8;  // a block's keys that can reach the list
   unsigned top[L], first[8];
   INT2R_UNROLL
@@ -280,7 +284,7 @@ INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
   INT2R_UNROLL
   for (int i = 0; i < L; ++i) top[i] = i < 8 ? first[i] : 0;  // 0 changes no order statistic
   INT2R_UNROLL
-  for (int m = 8; m < D / 2; m += 8) {
+  for (int m = 8; m < H; m += 8) {
     unsigned block[8];
     INT2R_UNROLL
     for (int i = 0; i < 8; ++i) block[i] = sort_keys(w[m + i]);
@@ -292,18 +296,49 @@ INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
     bitonic_sort<L>(top);
   }
   // The high halves' list reversed against the low halves' list: the low halves then hold the
-  // L largest keys of the row as a bitonic sequence (the high halves the same keys reversed).
-  unsigned merged[L];
+  // L largest keys of the words as a bitonic sequence (the high halves the same keys reversed).
   INT2R_UNROLL
   for (int i = 0; i < L; ++i) {
     const unsigned mirror = (top[L - 1 - i] >> 16) | (top[L - 1 - i] << 16);
     merged[i] = max_u16x2(top[i], mirror);
   }
   bitonic_sort<L>(merged);
-  unsigned key = merged[0] & 0xffffu;
+}
+
+// Entry r of a sorted list (low halves), as a 15-bit magnitude key.
+template <int L>
+INT2R_FN unsigned list_entry_key(const unsigned (&list)[L], int r) {
+  unsigned key = list[0] & 0xffffu;
   INT2R_UNROLL
-  for (int i = 1; i < L; ++i) key = i == r ? merged[i] & 0xffffu : key;
+  for (int i = 1; i < L; ++i) key = i == r ? list[i] & 0xffffu : key;
   return key >> 1;
+}
+
+template <int D, int L>
+INT2R_FN unsigned top_key_blocks(const unsigned (&w)[D / 2], int r) {
+  unsigned merged[L];
+  top_list_blocks<D / 2, L>(w, merged);
+  return list_entry_key<L>(merged, r);
+}
+
+// A pair of threads sharing a row: the r-th largest key of the row from this thread's list and its
+// partner's (each the L largest keys of its half, top_list_blocks): the partner's list reversed
+// against this one holds the L largest of both as a bitonic sequence, as in top_list_blocks. Both
+// threads get the same key.
+template <int L>
+INT2R_FN unsigned pair_list_key(const unsigned (&mine)[L], const unsigned (&partner)[L], int r) {
+  unsigned both[L];
+  INT2R_UNROLL
+  for (int i = 0; i < L; ++i) both[i] = max_u16x2(mine[i], partner[L - 1 - i]);
+  bitonic_sort<L>(both);
+  return list_entry_key<L>(both, r);
+}
+
+// The list length a pair of threads uses for position r: as top_length, but at least 4 keys (the
+// pair form has no insertion lists).
+template <int D, unsigned kLengths = kTopListLengths>
+INT2R_FN int pair_top_length(int r) {
+  return top_length<D, kLengths>(r < 3 ? 3 : r);
 }
 
 // Whether lists of n keys are in the set and serve rows of D elements.
@@ -347,46 +382,58 @@ INT2R_FN unsigned threshold_key(const unsigned (&w)[D / 2], int r) {
 // j / 4) and the (scale, zero) pair as one word (scale in the low half), for the clip threshold
 // whose 15-bit key is `key`. Returns false, with nothing set, when the row must be quantized the
 // ordinary way (a NaN, a scale outside divide_by's domain, an undecided code threshold).
-template <int D>
-INT2R_FN bool quantize_row(const unsigned (&w)[D / 2], unsigned key, unsigned (&codes)[D / 16],
-                           unsigned& scale_zero) {
-  unsigned low = w[0], high = w[0];
+//
+// quantize_words does the same from the row's range (its halfwise minima and maxima, low and high,
+// as range_of_words gives them) for H words laid out as a row of 2 H elements: with a pair of
+// threads, each holds for every quarter f of the row the D / 16 words from element f D / 4 +
+// half D / 8 on (H = D / 4), and its codes are bytes [half D / 8, (half + 1) D / 8) of the row's.
+// kThresholdsAtOnce picks row_thresholds (all three levels at once) over the serial search.
+template <int H>
+INT2R_FN void range_of_words(const unsigned (&w)[H], unsigned& low, unsigned& high) {
+  low = w[0];
+  high = w[0];
   INT2R_UNROLL
-  for (int m = 1; m < D / 2; ++m) range_update(low, high, w[m]);
+  for (int m = 1; m < H; ++m) range_update(low, high, w[m]);
+}
+
+template <int H, bool kThresholdsAtOnce>
+INT2R_FN bool quantize_words(const unsigned (&w)[H], unsigned low, unsigned high, unsigned key,
+                             unsigned (&codes)[H / 8], unsigned& scale_zero) {
   const float xmax = int2t::max_f(high_value(high), low_value(high));
   if (int2t::is_nan(high_value(high)) || int2t::is_nan(low_value(high))) return false;
   const float xmin = int2t::min_f(low_value(low), high_value(low));
   const int2t::RowScalars rs = int2t::row_scalars(xmin, xmax, int2t::float_of(key << 16));
   if (!rs.reciprocal) return false;
   unsigned t1, t2, t3;
-  if constexpr (D <= 128) {
+  if constexpr (kThresholdsAtOnce) {
     unsigned short thresholds[3];
     if (!int2t::row_thresholds(rs, thresholds)) return false;
     t1 = thresholds[0] * 0x10001u;
     t2 = thresholds[1] * 0x10001u;
     t3 = thresholds[2] * 0x10001u;
   } else {
-    // d 256 keeps the serial search in this form: the d 256 tensor-core store (255 registers,
-    // spilling) spilled 1,112 bytes a thread instead of 1,052 with the search above, and with
-    // these three calls written over an array, and measured ~10 us slower either way (H100,
-    // 32768 tokens x 8 KV heads into INT2 at value clip 0.96: 470.5-472.5 and 480.0-480.7 us
-    // against 457.6-460.7 and 466.2-469.6 in the same runs).
+    // A whole d 256 row a thread keeps the serial search: the d 256 tensor-core store with that
+    // form (255 registers, spilling) spilled 1,112 bytes a thread instead of 1,052 with the
+    // search above, and with these three calls written over an array, and measured ~10 us
+    // slower either way (H100, 32768 tokens x 8 KV heads into INT2 at value clip 0.96:
+    // 470.5-472.5 and 480.0-480.7 us against 457.6-460.7 and 466.2-469.6 in the same runs). The
+    // pair form (half the row's words a thread) takes the search above.
     bool decided1, decided2, decided3;
     t1 = int2t::row_threshold(rs, 1, &decided1) * 0x10001u;
     t2 = int2t::row_threshold(rs, 2, &decided2) * 0x10001u;
     t3 = int2t::row_threshold(rs, 3, &decided3) * 0x10001u;
     if (!(decided1 && decided2 && decided3)) return false;
   }
-  // Word j holds elements 4 j + b + f D / 4 (byte b, field f): the pairs 2 j + f D / 8 and the
-  // next one. Per element, code = [x >= T1] + [x >= T2] + [x >= T3]: one byte permute gathers
-  // the four codes of a field (the low bytes of its two words' code sums), and the fields add in
-  // (disjoint bits: multiply-adds, which run on the FMA pipe).
+  // Word j holds elements 4 j + b + f D / 4 (byte b, field f; D = 2 H): the pairs 2 j + f D / 8
+  // and the next one. Per element, code = [x >= T1] + [x >= T2] + [x >= T3]: one byte permute
+  // gathers the four codes of a field (the low bytes of its two words' code sums), and the fields
+  // add in (disjoint bits: multiply-adds, which run on the FMA pipe).
   INT2R_UNROLL
-  for (int j = 0; j < D / 16; ++j) {
+  for (int j = 0; j < H / 8; ++j) {
     unsigned word = 0;
     INT2R_UNROLL
     for (int f = 0; f < 4; ++f) {
-      const unsigned a = w[2 * j + f * (D / 8)], b = w[2 * j + f * (D / 8) + 1];
+      const unsigned a = w[2 * j + f * (H / 4)], b = w[2 * j + f * (H / 4) + 1];
       const unsigned field = even_bytes(code_sums(a, t1, t2, t3), code_sums(b, t1, t2, t3));
       word += field * (1u << (2 * f));
     }
@@ -395,6 +442,14 @@ INT2R_FN bool quantize_row(const unsigned (&w)[D / 2], unsigned key, unsigned (&
   // Both are bf16 values, so their top halves are their bf16 bits.
   scale_zero = (int2t::bits_of(rs.scale) >> 16) | (int2t::bits_of(rs.zero) & 0xffff0000u);
   return true;
+}
+
+template <int D>
+INT2R_FN bool quantize_row(const unsigned (&w)[D / 2], unsigned key, unsigned (&codes)[D / 16],
+                           unsigned& scale_zero) {
+  unsigned low, high;
+  range_of_words<D / 2>(w, low, high);
+  return quantize_words<D / 2, (D <= 128)>(w, low, high, key, codes, scale_zero);
 }
 
 }  // namespace int2r
