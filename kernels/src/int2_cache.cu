@@ -13,15 +13,16 @@
 #include "oscar/kernels/int2_cache.h"
 
 // Ablations of the tensor-core stores, for timing their parts (scripts/gpu/store-ablation): each
-// drops one part of the work and so stores wrong values; all are off in every normal build. The
-// d 256 store takes PRODUCT, LOW_TERM and QUANTIZE, and
-//   OSCAR_STORE256_ABLATE_STREAM  the product from the first chunks of R' only (no chunk streamed
-//                                from L2 after the ring's first fill).
+// drops one part of the work and so stores wrong values; all are off in every normal build.
 //   OSCAR_STORE_ABLATE_PRODUCT   no warpgroup MMA (the accumulators come from the row itself);
 //   OSCAR_STORE_ABLATE_LOW_TERM  the product with R'_hi only (half the tensor work);
 //   OSCAR_STORE_ABLATE_ONE_K_STEP  the product's first k-step only (an eighth of the tensor work
 //                                at d 128, the warpgroup still meeting at every product);
-//   OSCAR_STORE_ABLATE_QUANTIZE  no clip selection, range, thresholds or codes (rows still read).
+//   OSCAR_STORE_ABLATE_QUANTIZE  no clip selection, range, thresholds or codes (rows still read);
+//   OSCAR_STORE256_ABLATE_STREAM  d 256 only: the product from the ring's first chunks of R' (none
+//                                streamed from L2 after them).
+// The d 256 store takes PRODUCT, LOW_TERM and QUANTIZE too; without the product its registers are
+// allocated differently (1.4 KB of spills a thread), so that build times an artefact.
 #ifndef OSCAR_STORE_ABLATE_PRODUCT
 #define OSCAR_STORE_ABLATE_PRODUCT 0
 #endif
@@ -3098,7 +3099,7 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
   bool stored = int2_row < 0;
   if (OSCAR_STORE256_PAIR_ROWS && count > kStoreTcWarpRows) {
     // A pair of lanes per row (lanes 2 j and 2 j + 1: row 16 pass + j), two passes: each lane
-    // holds a quarter of the row's words, for every quarter f of the row its elements
+    // holds half the row's words, for every quarter f of the row its elements
     // f D / 4 + half D / 8 + [0, D / 8) (int2r::quantize_words).
     const int half = lane & 1;
     unsigned declined[2];

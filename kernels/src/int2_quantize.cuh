@@ -738,6 +738,7 @@ __device__ __forceinline__ unsigned pair_key_of_length(const unsigned (&u)[H], i
 template <int D>
 __device__ __forceinline__ unsigned pair_threshold_key(const unsigned (&u)[D / 4], int r) {
   constexpr unsigned kLengths = int2r::kTopListLengths;
+  constexpr int kLongest = int2r::kTopMax<D>;
   const int length = int2r::pair_top_length<D>(r);
   if constexpr (int2r::has_length<D, kLengths>(6)) {
     if (length == 6) return pair_key_of_length<D / 4, 6>(u, r);
@@ -748,13 +749,13 @@ __device__ __forceinline__ unsigned pair_threshold_key(const unsigned (&u)[D / 4
   if constexpr (int2r::has_length<D, kLengths>(11)) {
     if (length == 11) return pair_key_of_length<D / 4, 11>(u, r);
   }
-  if constexpr (int2r::has_length<D, kLengths>(16) && int2r::kTopMax < D >> 16) {
+  if constexpr (int2r::has_length<D, kLengths>(16) && kLongest > 16) {
     if (length == 16) return pair_key_of_length<D / 4, 16>(u, r);
   }
   if constexpr (int2r::has_length<D, kLengths>(21)) {
     if (length == 21) return pair_key_of_length<D / 4, 21>(u, r);
   }
-  return pair_key_of_length<D / 4, int2r::kTopMax<D>>(u, r);
+  return pair_key_of_length<D / 4, kLongest>(u, r);
 }
 
 // Quantizes the row a lane pair holds (clip position k with int2r::top_length<D>(D - 1 - k) > 0;
@@ -818,12 +819,12 @@ inline int rowwise_rows_per_warp(int head_dim) {
   return head_dim == 256 ? kRowwiseRows<256> : kRowwiseRows<128>;
 }
 
-// One warp per 32 rows (kRowwiseRows) of one (K or V, KV head); rows run over pages in page order.
-// Needs 16-byte aligned pools (the launcher checks).
 // Two blocks a multiprocessor (128 registers) except for a whole d 256 row a thread.
 template <int D>
 constexpr int kRowwiseMinBlocks = D == 256 && kRowwiseRows<D> == 32 ? 1 : 2;
 
+// One warp per 32 rows (kRowwiseRows) of one (K or V, KV head); rows run over pages in page order.
+// Needs 16-byte aligned pools (the launcher checks).
 template <int D>
 __global__ void __launch_bounds__(kRowwiseWarps * 32, kRowwiseMinBlocks<D>)
     demote_pages_rowwise_kernel(DemotePagesParams p, int page_size_log2) {
