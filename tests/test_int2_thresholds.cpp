@@ -287,20 +287,9 @@ unsigned pair_key_of_length(const unsigned (&halves)[2][H], int r, int half) {
 
 template <int D>
 unsigned pair_key(const unsigned (&halves)[2][D / 4], int r, int half) {
-  switch (int2r::pair_top_length<D>(r)) {
-    case 6:
-      return pair_key_of_length<D / 4, 6>(halves, r, half);
-    case 8:
-      return pair_key_of_length<D / 4, 8>(halves, r, half);
-    case 11:
-      return pair_key_of_length<D / 4, 11>(halves, r, half);
-    case 16:
-      return pair_key_of_length<D / 4, 16>(halves, r, half);
-    case 21:
-      return pair_key_of_length<D / 4, 21>(halves, r, half);
-    default:
-      return pair_key_of_length<D / 4, 32>(halves, r, half);
-  }
+  return int2r::with_block_list<D>(int2r::pair_top_length<D>(r), [&](auto list) {
+    return pair_key_of_length<D / 4, decltype(list)::value>(halves, r, half);
+  });
 }
 
 // Both threads of a pair against the thread form's result for the same row: the same clip key,

@@ -3113,27 +3113,18 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
           slot_pool_row(p.int2_slot != nullptr && live ? slots[kStore256Tokens + tile_row] : -1,
                         p.page_size, hkv, head);
       unsigned u[D / 4];
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          int2q::unpack_words(
-              *reinterpret_cast<const uint4*>(
-                  tile_rows + store256_index(tile_row, f * (D / 4) + half * (D / 8) + 8 * c)),
-              &u[f * (D / 16) + 4 * c]);
-        }
-      }
+      int2q::for_each_pair_chunk<D>([&](int offset, int word) {
+        const int column = half * (D / 8) + offset;
+        int2q::unpack_words(
+            *reinterpret_cast<const uint4*>(tile_rows + store256_index(tile_row, column)),
+            &u[word]);
+      });
       if (pair_bf16_row >= 0) {
         bf16_bits* const dst = bf16_pool + pair_bf16_row * D + half * (D / 8);
-#pragma unroll
-        for (int f = 0; f < 4; ++f) {
-#pragma unroll
-          for (int c = 0; c < D / 64; ++c) {
-            const int m = f * (D / 16) + 4 * c;
-            *reinterpret_cast<uint4*>(dst + f * (D / 4) + 8 * c) =
-                make_uint4(u[m], u[m + 1], u[m + 2], u[m + 3]);
-          }
-        }
+        int2q::for_each_pair_chunk<D>([&](int offset, int word) {
+          *reinterpret_cast<uint4*>(dst + offset) =
+              make_uint4(u[word], u[word + 1], u[word + 2], u[word + 3]);
+        });
       }
       bool pair_stored = pair_int2_row < 0;
 #if OSCAR_STORE_ABLATE_QUANTIZE

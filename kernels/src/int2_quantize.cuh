@@ -737,25 +737,21 @@ __device__ __forceinline__ unsigned pair_key_of_length(const unsigned (&u)[H], i
 
 template <int D>
 __device__ __forceinline__ unsigned pair_threshold_key(const unsigned (&u)[D / 4], int r) {
-  constexpr unsigned kLengths = int2r::kTopListLengths;
-  constexpr int kLongest = int2r::kTopMax<D>;
-  const int length = int2r::pair_top_length<D>(r);
-  if constexpr (int2r::has_length<D, kLengths>(6)) {
-    if (length == 6) return pair_key_of_length<D / 4, 6>(u, r);
+  return int2r::with_block_list<D>(int2r::pair_top_length<D>(r), [&](auto list) {
+    return pair_key_of_length<D / 4, decltype(list)::value>(u, r);
+  });
+}
+
+// Calls fn(offset, word) for each 16-byte chunk a lane of a pair holds (int2r::quantize_words'
+// layout): the chunk starts `offset` elements after the lane's first element of the row (element
+// half D / 8) and at word `word` of the lane's D / 4 words.
+template <int D, typename Fn>
+__device__ __forceinline__ void for_each_pair_chunk(Fn&& fn) {
+#pragma unroll
+  for (int f = 0; f < 4; ++f) {
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) fn(f * (D / 4) + 8 * c, f * (D / 16) + 4 * c);
   }
-  if constexpr (int2r::has_length<D, kLengths>(8)) {
-    if (length == 8) return pair_key_of_length<D / 4, 8>(u, r);
-  }
-  if constexpr (int2r::has_length<D, kLengths>(11)) {
-    if (length == 11) return pair_key_of_length<D / 4, 11>(u, r);
-  }
-  if constexpr (int2r::has_length<D, kLengths>(16) && kLongest > 16) {
-    if (length == 16) return pair_key_of_length<D / 4, 16>(u, r);
-  }
-  if constexpr (int2r::has_length<D, kLengths>(21)) {
-    if (length == 21) return pair_key_of_length<D / 4, 21>(u, r);
-  }
-  return pair_key_of_length<D / 4, kLongest>(u, r);
 }
 
 // Quantizes the row a lane pair holds (clip position k with int2r::top_length<D>(D - 1 - k) > 0;
@@ -863,14 +859,10 @@ __global__ void __launch_bounds__(kRowwiseWarps * 32, kRowwiseMinBlocks<D>)
     if (thread_path) {
       unsigned u[D / 4];
       const bf16_bits* src = source + src_row * D + half * (D / 8);
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          const uint4* chunk = reinterpret_cast<const uint4*>(src + f * (D / 4) + 8 * c);
-          unpack_words(active ? __ldcs(chunk) : make_uint4(0, 0, 0, 0), &u[f * (D / 16) + 4 * c]);
-        }
-      }
+      for_each_pair_chunk<D>([&](int offset, int word) {
+        const uint4* chunk = reinterpret_cast<const uint4*>(src + offset);
+        unpack_words(active ? __ldcs(chunk) : make_uint4(0, 0, 0, 0), &u[word]);
+      });
       stored = store_row_pair<D>(u, half, k, codes_pool, scale_zero_pool, active ? dst_row : -1) &&
                active;
     }

@@ -347,6 +347,36 @@ INT2R_CONSTEXPR bool has_length(int n) {
   return n <= kTopMax<D> && ((kLengths >> (n - 1)) & 1u) != 0;
 }
 
+// A list length as a type, for the sorted-block dispatch below.
+template <int L>
+struct ListLength {
+  static constexpr int value = L;
+};
+
+// Calls fn(ListLength<L>{}) with the sorted-block list length L == length among those of the set
+// (6 to kTopMax<D>), kTopMax<D> when none matches, and returns what fn returns: the pair form's
+// dispatch (pair_top_length's lengths; the pair form has no insertion lists).
+template <int D, unsigned kLengths = kTopListLengths, typename Fn>
+INT2R_FN unsigned with_block_list(int length, Fn&& fn) {
+  constexpr int kLongest = kTopMax<D>;
+  if constexpr (has_length<D, kLengths>(6)) {
+    if (length == 6) return fn(ListLength<6>{});
+  }
+  if constexpr (has_length<D, kLengths>(8)) {
+    if (length == 8) return fn(ListLength<8>{});
+  }
+  if constexpr (has_length<D, kLengths>(11)) {
+    if (length == 11) return fn(ListLength<11>{});
+  }
+  if constexpr (has_length<D, kLengths>(16) && kLongest > 16) {
+    if (length == 16) return fn(ListLength<16>{});
+  }
+  if constexpr (has_length<D, kLengths>(21)) {
+    if (length == 21) return fn(ListLength<21>{});
+  }
+  return fn(ListLength<kLongest>{});
+}
+
 // The clip threshold's key for position r from the top, 0 <= r < kTopMax<D> (top_length > 0),
 // from the list of length top_length<D, kLengths>(r); the choice is uniform across a warp whose
 // rows share a clip ratio. Lists of 1 and 3 keys take insertion, longer ones sorted blocks.
