@@ -43,6 +43,17 @@
 #ifndef OSCAR_STORE256_PAIR_ROWS
 #define OSCAR_STORE256_PAIR_ROWS 1
 #endif
+// store_kv_rows_kernel's rows (sides that arrive rotated) quantized by pairs of lanes
+// (int2q::store_row_pair) at d 256, on in every normal build; 0 builds a row per thread
+// (int2q::store_row_thread) for comparisons. OSCAR_STORE_ROWS128_PAIRS=1 takes pairs at d 128 too,
+// for comparisons: there a row per thread fits two blocks a multiprocessor and was as fast at
+// clip 0.96 and 3% faster at 0.92.
+#ifndef OSCAR_STORE_ROWS256_PAIRS
+#define OSCAR_STORE_ROWS256_PAIRS 1
+#endif
+#ifndef OSCAR_STORE_ROWS128_PAIRS
+#define OSCAR_STORE_ROWS128_PAIRS 0
+#endif
 // The warpgroups' turns at the tensor pipe (store_kv_tc_kernel), on in every normal build; 0 lets
 // them issue their products at will, as before (timed by scripts/gpu/store-ablation).
 #ifndef OSCAR_STORE_TENSOR_TURNS
@@ -2468,6 +2479,91 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32)
 //     different rows).
 //   - otherwise (a decode step's few rows, or unaligned pointers): the warp takes the rows one by
 //     one, lane l holding elements l + 32 m, as the float32 path does.
+template <int D>
+constexpr bool kStoreRowsPairs = (D == 256 && OSCAR_STORE_ROWS256_PAIRS) ||
+                                 (D == 128 && OSCAR_STORE_ROWS128_PAIRS);
+
+// A pair lane's half of its row (u: its D / 4 words, int2q::for_each_pair_chunk's layout) written
+// to BF16 pool row bf16_row and quantized with the partner into INT2 pool row int2_row (either < 0:
+// none); the whole warp calls it. Returns whether the row is done: no INT2 row, or stored (false:
+// the quantizer declined it, on both lanes). Shared by the d 256 store and the rows kernel.
+template <int D>
+__device__ __forceinline__ bool store_pair_half_row(const unsigned (&u)[D / 4], int half,
+                                                    int clip_k, bool thread_path,
+                                                    std::int64_t bf16_row, std::int64_t int2_row,
+                                                    bf16_bits* bf16_pool, std::uint8_t* codes_pool,
+                                                    bf16_bits* scale_zero_pool) {
+  if (bf16_row >= 0) {
+    bf16_bits* const dst = bf16_pool + bf16_row * D + half * (D / 8);
+    int2q::for_each_pair_chunk<D>([&](int offset, int word) {
+      *reinterpret_cast<uint4*>(dst + offset) =
+          make_uint4(u[word], u[word + 1], u[word + 2], u[word + 3]);
+    });
+  }
+#if OSCAR_STORE_ABLATE_QUANTIZE
+  if (int2_row >= 0) {
+    unsigned c4[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int m = 0; m < D / 4; ++m) c4[m % 4] ^= u[m];
+    reinterpret_cast<uint4*>(codes_pool + int2_row * (D / 4) + half * (D / 8))[0] =
+        make_uint4(c4[0], c4[1], c4[2], c4[3]);
+    if (half == 0) reinterpret_cast<unsigned*>(scale_zero_pool)[int2_row] = c4[0];
+  }
+  return true;
+#else
+  // The pair quantizer's shuffles need the whole warp; a pass with no INT2 row (a BF16-only
+  // store, the rows past a short tile) skips it as a whole.
+  bool done = int2_row < 0;
+  if (thread_path && __any_sync(kFullMask, int2_row >= 0)) {
+    const bool served =
+        int2q::store_row_pair<D>(u, half, clip_k, codes_pool, scale_zero_pool, int2_row);
+    done = done || served;
+  }
+  return done;
+#endif
+}
+
+// The vector path's rows by pairs of lanes (int2q::store_row_pair), as the d 256 tensor-core store
+// quantizes them: pass `pass` takes the warp's rows 16 pass + j on lanes 2 j and 2 j + 1, each
+// loading and holding half the row's words (half a row's registers), copying them to the row's
+// BF16 slot and quantizing with its partner. Returns the rows left to the whole warp (bit t: row
+// t; their BF16 copies done). bf16_row and int2_row are lane t's row t's pool rows (< 0: none).
+template <int D>
+__device__ __forceinline__ unsigned store_rows_by_pairs(
+    const bf16_bits* src, std::int64_t src_stride, int count, std::int64_t bf16_row,
+    std::int64_t int2_row, int clip_k, bool thread_path, bf16_bits* bf16_pool,
+    std::uint8_t* codes_pool, bf16_bits* scale_zero_pool) {
+  const int lane = static_cast<int>(threadIdx.x & 31), half = lane & 1;
+  unsigned left[2] = {0, 0};  // per pass, bit 2 j: the row of pair j is left to the warp
+#pragma unroll 1
+  for (int pass = 0; 16 * pass < count; ++pass) {  // warp-uniform
+    const int local = 16 * pass + (lane >> 1);
+    const std::int64_t pair_bf16_row = __shfl_sync(kFullMask, bf16_row, local);
+    const std::int64_t pair_int2_row = __shfl_sync(kFullMask, int2_row, local);
+    const bool live = local < count;
+    // All of a lane's loads issued before its first use (rows are read once: streamed).
+    unsigned u[D / 4];
+    const bf16_bits* row = src + (live ? local : 0) * src_stride + half * (D / 8);
+    int2q::for_each_pair_chunk<D>([&](int offset, int word) {
+      int2q::unpack_words(
+          live ? __ldcs(reinterpret_cast<const uint4*>(row + offset)) : make_uint4(0, 0, 0, 0),
+          &u[word]);
+    });
+    const bool pair_stored =
+        store_pair_half_row<D>(u, half, clip_k, thread_path, pair_bf16_row, pair_int2_row,
+                               bf16_pool, codes_pool, scale_zero_pool);
+    const unsigned pass_left = __ballot_sync(kFullMask, !pair_stored && half == 0);
+    if (pass == 0) {
+      left[0] = pass_left;
+    } else {
+      left[1] = pass_left;
+    }
+  }
+  // Row `lane` was pair lane & 15's row in pass lane >> 4.
+  const unsigned mine = (lane < 16 ? left[0] : left[1]) >> (2 * (lane & 15));
+  return __ballot_sync(kFullMask, lane < count && (mine & 1u) != 0);
+}
+
 // store_rows_of_warp stores the warp's `tokens` tokens (32 or 1) from token0 (< num_tokens) of
 // (head, K or V); the whole warp calls it.
 template <int D>
@@ -2514,7 +2610,14 @@ __device__ void store_rows_of_warp(const StoreKvParams& p, bool is_key, int head
     return;
   }
   unsigned declined = __ballot_sync(kFullMask, int2_row >= 0 || bf16_row >= 0);
-  if (vectors && count > kStoreTcWarpRows) {
+  if constexpr (kStoreRowsPairs<D>) {
+    if (vectors && count > kStoreTcWarpRows) {
+      const bool thread_path =
+          clip_k >= 0 && int2r::top_length<D>(D - 1 - clip_k) > 0;  // warp-uniform
+      declined = store_rows_by_pairs<D>(src, src_stride, count, bf16_row, int2_row, clip_k,
+                                        thread_path, bf16_pool, codes_pool, scale_zero_pool);
+    }
+  } else if (vectors && count > kStoreTcWarpRows) {
     unsigned w[D / 2];
     const uint4* row = reinterpret_cast<const uint4*>(src + lane * src_stride);
 #pragma unroll
@@ -2559,8 +2662,17 @@ constexpr int kRowStoreWarps = 8;
 #define OSCAR_STORE_ROWS_WARP_PER_TOKEN 1
 #endif
 
+// Resident blocks a multiprocessor the kernel is built for: three at d 64 (85 registers), two at
+// d 128 and for pairs of lanes at d 256 (128), one for a whole d 256 row a thread (up to 255).
+// Left to itself the compiler took 210 registers at d 128 (one block, 8 warps a multiprocessor)
+// and 113 at d 64, and the store with both sides arriving lost a quarter of its speed at d 128.
 template <int D>
-__global__ void __launch_bounds__(kRowStoreWarps * 32)
+constexpr int kRowStoreMinBlocks = D == 64                           ? 3
+                                   : D == 256 && !kStoreRowsPairs<D> ? 1
+                                                                     : 2;
+
+template <int D>
+__global__ void __launch_bounds__(kRowStoreWarps * 32, kRowStoreMinBlocks<D>)
     store_kv_rows_kernel(StoreKvParams p, bool vectors, int tokens_per_warp) {
   const std::int64_t token0 =
       (static_cast<std::int64_t>(blockIdx.x) * kRowStoreWarps + (threadIdx.x >> 5)) *
@@ -3119,33 +3231,9 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
             *reinterpret_cast<const uint4*>(tile_rows + store256_index(tile_row, column)),
             &u[word]);
       });
-      if (pair_bf16_row >= 0) {
-        bf16_bits* const dst = bf16_pool + pair_bf16_row * D + half * (D / 8);
-        int2q::for_each_pair_chunk<D>([&](int offset, int word) {
-          *reinterpret_cast<uint4*>(dst + offset) =
-              make_uint4(u[word], u[word + 1], u[word + 2], u[word + 3]);
-        });
-      }
-      bool pair_stored = pair_int2_row < 0;
-#if OSCAR_STORE_ABLATE_QUANTIZE
-      if (pair_int2_row >= 0) {
-        unsigned c4[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int m = 0; m < D / 4; ++m) c4[m % 4] ^= u[m];
-        reinterpret_cast<uint4*>(codes_pool + pair_int2_row * (D / 4) + half * (D / 8))[0] =
-            make_uint4(c4[0], c4[1], c4[2], c4[3]);
-        if (half == 0) reinterpret_cast<unsigned*>(scale_zero_pool)[pair_int2_row] = c4[0];
-      }
-      pair_stored = true;
-#else
-      // The pair quantizer's shuffles need the whole warp; a pass with no INT2 row (a BF16-only
-      // store, the rows past a short tile) skips it as a whole.
-      if (thread_path && __any_sync(kFullMask, pair_int2_row >= 0)) {
-        const bool served =
-            int2q::store_row_pair<D>(u, half, clip_k, codes_pool, scale_zero_pool, pair_int2_row);
-        pair_stored = pair_stored || served;
-      }
-#endif
+      const bool pair_stored =
+          store_pair_half_row<D>(u, half, clip_k, thread_path, pair_bf16_row, pair_int2_row,
+                                 bf16_pool, codes_pool, scale_zero_pool);
       // Bit 2 j: the row of pair j is left to the warp.
       declined[pass] = __ballot_sync(kFullMask, !pair_stored && half == 0);
     }
