@@ -22,7 +22,8 @@
 //   OSCAR_STORE256_ABLATE_STREAM  d 256 only: the product from the ring's first chunks of R' (none
 //                                streamed from L2 after them).
 // The d 256 store takes PRODUCT, LOW_TERM and QUANTIZE too; without the product its registers are
-// allocated differently (1.4 KB of spills a thread), so that build times an artefact.
+// allocated differently (1.4 KB of spills a thread), so that build times an artefact. QUANTIZE
+// also drops the quantization of store_kv_rows_kernel's d 256 pairs (shared code).
 #ifndef OSCAR_STORE_ABLATE_PRODUCT
 #define OSCAR_STORE_ABLATE_PRODUCT 0
 #endif
@@ -2465,20 +2466,9 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32)
 }
 
 // ---------------------------------------------------------------------------------------------
-// store_kv for a side whose rows arrive already rotated (its rotation null: R, and the mean, folded
-// into the projection that produced them): each row is copied to its BF16 slot and / or quantized
-// into its INT2 slot as it is. A warp takes 32 consecutive tokens of one (KV head, K or V), or one
-// token in a store of at most kStoreTcWarpRows tokens (which the warp would otherwise take row by
-// row: a batch of decode steps' rows then goes through as many warps side by side).
-//   - INT2 slots, 16-byte aligned pointers and more than kStoreTcWarpRows rows: each thread holds
-//     its row as 16-byte vectors, writes it to its BF16 slot, and quantizes it alone (int2r, as the
-//     row-per-thread demotion: no cross-lane work); the rows that quantizer declines go to the
-//     whole warp.
-//   - BF16 slots only: the warp copies its rows with consecutive lanes on consecutive 16-byte
-//     chunks (whole rows per instruction, where a row per thread would write 16-byte pieces of 32
-//     different rows).
-//   - otherwise (a decode step's few rows, or unaligned pointers): the warp takes the rows one by
-//     one, lane l holding elements l + 32 m, as the float32 path does.
+// store_kv for sides whose rows arrive rotated: the pair helpers first, then the kernel.
+//
+// Pairs of lanes per row (int2q::store_row_pair) in store_kv_rows_kernel at this head size.
 template <int D>
 constexpr bool kStoreRowsPairs = (D == 256 && OSCAR_STORE_ROWS256_PAIRS) ||
                                  (D == 128 && OSCAR_STORE_ROWS128_PAIRS);
@@ -2564,6 +2554,20 @@ __device__ __forceinline__ unsigned store_rows_by_pairs(
   return __ballot_sync(kFullMask, lane < count && (mine & 1u) != 0);
 }
 
+// store_kv for a side whose rows arrive already rotated (its rotation null: R, and the mean, folded
+// into the projection that produced them): each row is copied to its BF16 slot and / or quantized
+// into its INT2 slot as it is. A warp takes 32 consecutive tokens of one (KV head, K or V), or one
+// token in a store of at most kStoreTcWarpRows tokens (which the warp would otherwise take row by
+// row: a batch of decode steps' rows then goes through as many warps side by side).
+//   - INT2 slots, 16-byte aligned pointers and more than kStoreTcWarpRows rows: each thread holds
+//     its row as 16-byte vectors, writes it to its BF16 slot, and quantizes it alone (int2r, as the
+//     row-per-thread demotion: no cross-lane work); at d 256 a pair of lanes does so for each row
+//     (store_rows_by_pairs). The rows that quantizer declines go to the whole warp.
+//   - BF16 slots only: the warp copies its rows with consecutive lanes on consecutive 16-byte
+//     chunks (whole rows per instruction, where a row per thread would write 16-byte pieces of 32
+//     different rows).
+//   - otherwise (a decode step's few rows, or unaligned pointers): the warp takes the rows one by
+//     one, lane l holding elements l + 32 m, as the float32 path does.
 // store_rows_of_warp stores the warp's `tokens` tokens (32 or 1) from token0 (< num_tokens) of
 // (head, K or V); the whole warp calls it.
 template <int D>
@@ -2662,8 +2666,8 @@ constexpr int kRowStoreWarps = 8;
 #define OSCAR_STORE_ROWS_WARP_PER_TOKEN 1
 #endif
 
-// Resident blocks a multiprocessor the kernel is built for: three at d 64 (85 registers), two at
-// d 128 and for pairs of lanes at d 256 (128), one for a whole d 256 row a thread (up to 255).
+// Resident blocks a multiprocessor the kernel is built for: three at d 64 (at most 85 registers),
+// two at d 128 and for pairs of lanes at d 256 (at most 128), one for a whole d 256 row a thread.
 // Left to itself the compiler took 210 registers at d 128 (one block, 8 warps a multiprocessor)
 // and 113 at d 64, and the store with both sides arriving lost a quarter of its speed at d 128.
 template <int D>
