@@ -5,6 +5,8 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -614,6 +616,31 @@ TEST(AtomicWrite, NoTemporaryFilesLeftBehind) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"out.bin", "sub"}));
   expect_error([&] { write_file_atomic(dir.file("no/such/dir/f"), "x"); }, {"cannot create"});
+}
+
+// A writer killed between naming its temporary file and the rename leaves the file; the next write
+// to the same path removes it once its process is gone, and leaves a live process's file, other
+// paths' files and names that only look alike.
+TEST(AtomicWrite, RemovesTemporariesOfWritersThatAreGone) {
+  TempDir dir;
+  const std::string path = dir.file("s.st");
+  // A process id that is gone: a child that has exited and been reaped.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string gone = "s.st.tmp." + std::to_string(child) + ".0badf00d";
+  const std::string live = "s.st.tmp." + std::to_string(::getppid()) + ".12345678";
+  const std::string other_path = "t.st.tmp." + std::to_string(child) + ".0badf00d";
+  const std::string not_ours = "s.st.tmp." + std::to_string(child) + ".xyz";
+  for (const std::string& name : {gone, live, other_path, not_ours}) write_raw(dir.file(name), "x");
+  write_file_atomic(path, "stats");
+  std::vector<std::string> names = list_dir(dir.path());
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> expected = {"s.st", live, not_ours, other_path};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(read_file(path), "stats");
 }
 
 }  // namespace

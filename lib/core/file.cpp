@@ -1,11 +1,14 @@
 // Memory maps, whole-file reads and atomic writes (POSIX).
 #include "oscar/file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -145,6 +148,43 @@ bool write_unnamed_then_link(const std::string& dir, const std::string& tmp,
 #endif
 }
 
+// The process id in `name` when it is a temporary file of write_file_atomic for a file named
+// `base` (`<base>.tmp.<pid>.<8 hex digits>`), else -1.
+long temporary_writer_pid(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp.";
+  if (name.size() <= prefix.size() + 9 || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  const std::size_t dot = name.size() - 9;
+  if (name[dot] != '.') return -1;
+  for (std::size_t i = dot + 1; i < name.size(); ++i) {
+    if (std::isxdigit(static_cast<unsigned char>(name[i])) == 0) return -1;
+  }
+  long pid = 0;
+  for (std::size_t i = prefix.size(); i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9' || pid > 100000000) return -1;
+    pid = pid * 10 + (name[i] - '0');
+  }
+  return pid > 0 ? pid : -1;
+}
+
+// Removes the temporary files of earlier writes to `path` whose writer no longer runs on this
+// machine. O_TMPFILE keeps a file unnamed while it is written, but a writer killed between naming
+// it and renaming it over `path` (microseconds, and every write of a run that saves often) leaves
+// it, and no later write would ever take it away. A live writer's file, or one whose process
+// cannot be probed, is left alone. Best effort: errors are ignored.
+void remove_stale_temporaries(const std::string& dir, const std::string& path) {
+  const auto slash = path.rfind('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (const dirent* e = ::readdir(d)) {
+    const long pid = temporary_writer_pid(e->d_name, base);
+    if (pid < 0 || pid == static_cast<long>(::getpid())) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    ::unlinkat(::dirfd(d), e->d_name, 0);
+  }
+  ::closedir(d);
+}
+
 }  // namespace
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
@@ -173,6 +213,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     fail("cannot rename '{}' to '{}': {}", tmp, path, why);
   }
   sync_directory(dir, path);
+  remove_stale_temporaries(dir, path);
 }
 
 bool file_exists(const std::string& path) {

@@ -37,7 +37,9 @@ std::string read_file(const std::string& path);
 // Writes `bytes` to `path` atomically: a temporary file in the same directory is written, flushed
 // to disk and renamed over `path`, and the directory is flushed, so readers never see a partial
 // file and a failed write leaves none. The temporary file is unnamed while it is written (Linux
-// O_TMPFILE, where the file system supports it), so even a killed process leaves no stray file.
+// O_TMPFILE, where the file system supports it), so even a killed process leaves no stray file,
+// unless it was killed in the instant between naming that file and renaming it: each write then
+// removes such files of earlier writes to the same path whose process is gone.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
 // Fails early (before any long work) when `path` cannot be created: its directory is missing or
