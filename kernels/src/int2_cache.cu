@@ -2513,6 +2513,13 @@ __device__ __forceinline__ bool store_pair_half_row(const unsigned (&u)[D / 4], 
 #endif
 }
 
+// Whether row `lane` of a warp's 32 rows, quantized by pairs of lanes in two passes of 16, was left
+// to the whole warp: it was pair lane & 15's row in pass lane >> 4, and left[pass] is that pass's
+// ballot of the pairs' first lanes (bit 2 j: pair j's row left).
+__device__ __forceinline__ bool pair_row_left(const unsigned (&left)[2], int lane) {
+  return ((left[lane >> 4] >> (2 * (lane & 15))) & 1u) != 0;
+}
+
 // The vector path's rows by pairs of lanes (int2q::store_row_pair), as the d 256 tensor-core store
 // quantizes them: pass `pass` takes the warp's rows 16 pass + j on lanes 2 j and 2 j + 1, each
 // loading and holding half the row's words (half a row's registers), copying them to the row's
@@ -2549,9 +2556,7 @@ __device__ __forceinline__ unsigned store_rows_by_pairs(
       left[1] = pass_left;
     }
   }
-  // Row `lane` was pair lane & 15's row in pass lane >> 4.
-  const unsigned mine = (lane < 16 ? left[0] : left[1]) >> (2 * (lane & 15));
-  return __ballot_sync(kFullMask, lane < count && (mine & 1u) != 0);
+  return __ballot_sync(kFullMask, lane < count && pair_row_left(left, lane));
 }
 
 // store_kv for a side whose rows arrive already rotated (its rotation null: R, and the mean, folded
@@ -3241,8 +3246,7 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
       // Bit 2 j: the row of pair j is left to the warp.
       declined[pass] = __ballot_sync(kFullMask, !pair_stored && half == 0);
     }
-    // This lane's own row (warp row `lane`) was pair lane >> 4's row in pass lane >> 4.
-    stored = stored || ((declined[lane >> 4] >> (2 * (lane & 15))) & 1u) == 0;
+    stored = stored || !pair_row_left(declined, lane);
   } else if (count > kStoreTcWarpRows) {
     unsigned w[D / 2];
 #pragma unroll
