@@ -45,15 +45,15 @@
 #define OSCAR_STORE256_PAIR_ROWS 1
 #endif
 // store_kv_rows_kernel's rows (sides that arrive rotated) quantized by pairs of lanes
-// (int2q::store_row_pair) at d 256, on in every normal build; 0 builds a row per thread
-// (int2q::store_row_thread) for comparisons. OSCAR_STORE_ROWS128_PAIRS=1 takes pairs at d 128 too,
-// for comparisons: there a row per thread fits two blocks a multiprocessor and was as fast at
-// clip 0.96 and 3% faster at 0.92.
+// (int2q::store_row_pair) at d 256 and 128, on in every normal build; 0 builds a row per thread
+// (int2q::store_row_thread) for comparisons. At d 128 the pairs pay through occupancy: at 80
+// registers three blocks a multiprocessor fit, where a row per thread (128) fits two; with two
+// blocks each the two forms ran level.
 #ifndef OSCAR_STORE_ROWS256_PAIRS
 #define OSCAR_STORE_ROWS256_PAIRS 1
 #endif
 #ifndef OSCAR_STORE_ROWS128_PAIRS
-#define OSCAR_STORE_ROWS128_PAIRS 0
+#define OSCAR_STORE_ROWS128_PAIRS 1
 #endif
 // The warpgroups' turns at the tensor pipe (store_kv_tc_kernel), on in every normal build; 0 lets
 // them issue their products at will, as before (timed by scripts/gpu/store-ablation).
@@ -2671,12 +2671,14 @@ constexpr int kRowStoreWarps = 8;
 #define OSCAR_STORE_ROWS_WARP_PER_TOKEN 1
 #endif
 
-// Resident blocks a multiprocessor the kernel is built for: three at d 64 (at most 85 registers),
-// two at d 128 and for pairs of lanes at d 256 (at most 128), one for a whole d 256 row a thread.
-// Left to itself the compiler took 210 registers at d 128 (one block, 8 warps a multiprocessor)
-// and 113 at d 64, and the store with both sides arriving lost a quarter of its speed at d 128.
+// Resident blocks a multiprocessor the kernel is built for: three at d 64 and for pairs of lanes at
+// d 128 (at most 85 registers), two for a whole d 128 row a thread and for pairs at d 256 (at most
+// 128), one for a whole d 256 row a thread. Left to itself the compiler took 210 registers at d 128
+// (one block, 8 warps a multiprocessor) and 113 at d 64, and the store with both sides arriving
+// lost a quarter of its speed at d 128.
 template <int D>
 constexpr int kRowStoreMinBlocks = D == 64                           ? 3
+                                   : D == 128 && kStoreRowsPairs<D>  ? 3
                                    : D == 256 && !kStoreRowsPairs<D> ? 1
                                                                      : 2;
 

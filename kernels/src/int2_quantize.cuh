@@ -689,8 +689,8 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
 // reductions, scalars shared out across lanes) is ~160 warp instructions; here a row costs its
 // thread ~1500 instructions at a clip ratio of 0.96, ~48 warp instructions per row. Rows the
 // thresholds cannot serve and clip ratios whose top list would be too long (int2r::top_length)
-// go through demote_row_exact, the whole warp on one row. At d 256 a pair of lanes takes each row
-// (store_row_pair; kRowwiseRows below).
+// go through demote_row_exact, the whole warp on one row. At d 256 and 128 a pair of lanes takes
+// each row (store_row_pair; kRowwiseRows below).
 
 // The four 32-bit words (bf16 pairs) of a 16-byte vector, into w[0..3].
 __device__ __forceinline__ void unpack_words(const uint4& v, unsigned* w) {
@@ -809,15 +809,28 @@ constexpr int kRowwiseWarps = 8;
 #ifndef OSCAR_DEMOTE256_PAIR_ROWS
 #define OSCAR_DEMOTE256_PAIR_ROWS 1
 #endif
+// At d 128 too since pairs fit three blocks a multiprocessor (80 registers) where a whole row a
+// thread fits two; pairs with two blocks ran level with the row a thread.
+#ifndef OSCAR_DEMOTE128_PAIR_ROWS
+#define OSCAR_DEMOTE128_PAIR_ROWS 1
+#endif
 template <int D>
-constexpr int kRowwiseRows = D == 256 && OSCAR_DEMOTE256_PAIR_ROWS ? 16 : 32;
+constexpr int kRowwiseRows = (D == 256 && OSCAR_DEMOTE256_PAIR_ROWS) ||
+                                     (D == 128 && OSCAR_DEMOTE128_PAIR_ROWS)
+                                 ? 16
+                                 : 32;
 inline int rowwise_rows_per_warp(int head_dim) {
-  return head_dim == 256 ? kRowwiseRows<256> : kRowwiseRows<128>;
+  return head_dim == 256   ? kRowwiseRows<256>
+         : head_dim == 128 ? kRowwiseRows<128>
+                           : kRowwiseRows<64>;
 }
 
-// Two blocks a multiprocessor (128 registers) except for a whole d 256 row a thread.
+// Two blocks a multiprocessor (128 registers), except three for pairs at d 128 (80 registers) and
+// one for a whole d 256 row a thread.
 template <int D>
-constexpr int kRowwiseMinBlocks = D == 256 && kRowwiseRows<D> == 32 ? 1 : 2;
+constexpr int kRowwiseMinBlocks = D == 256 && kRowwiseRows<D> == 32   ? 1
+                                  : D == 128 && kRowwiseRows<D> == 16 ? 3
+                                                                      : 2;
 
 // One warp per 32 rows (kRowwiseRows) of one (K or V, KV head); rows run over pages in page order.
 // Needs 16-byte aligned pools (the launcher checks).

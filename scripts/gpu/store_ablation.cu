@@ -8,6 +8,8 @@
 // v_proj), so the keys' tensor-core store takes them beside it; =both: both sides arrive rotated
 // (store_kv_rows_kernel alone). Built with OSCAR_STORE_TRACE=1 (with int2_cache.cu), it prints
 // the timeline of the store's steps after each clip's figures.
+// With STORE_ABLATION_DEMOTE=1 it also times demote_pages (DemoteKernel::kAuto) over every page of
+// the BF16 pools the store filled, into the INT2 pools: the bulk demotion after a prefill.
 // Usage: store_ablation NAME [ITERATIONS]
 #include <cuda_runtime.h>
 
@@ -176,6 +178,46 @@ int main(int argc, char** argv) {
       return 4;
     }
 #endif
+    const char* demote_env = std::getenv("STORE_ABLATION_DEMOTE");
+    if (demote_env != nullptr && std::strcmp(demote_env, "1") == 0) {
+      // Every page demoted in place of itself: BF16 page i into INT2 page i, keys and values.
+      const int pages = static_cast<int>(pool_rows / (static_cast<std::size_t>(ps) * hkv));
+      std::vector<std::int32_t> pairs(2 * static_cast<std::size_t>(pages));
+      for (int i = 0; i < pages; ++i) pairs[2 * i] = pairs[2 * i + 1] = i;
+      auto* dpairs = dev<std::int32_t>(pairs.size());
+      CK(cudaMemcpy(dpairs, pairs.data(), pairs.size() * 4, cudaMemcpyHostToDevice));
+      DemotePagesParams dp;
+      dp.num_pages = pages;
+      dp.num_kv_heads = hkv;
+      dp.head_dim = d;
+      dp.page_size = ps;
+      dp.page_pairs = dpairs;
+      dp.k_bf16 = kb;
+      dp.v_bf16 = vb;
+      dp.k_clip = kclip;
+      dp.v_clip = vclip;
+      dp.k_codes = kc;
+      dp.v_codes = vc;
+      dp.k_scale_zero = ksz;
+      dp.v_scale_zero = vsz;
+      if (demote_pages(dp) != Status::kOk) {
+        std::fprintf(stderr, "store_ablation: demote_pages failed\n");
+        return 5;
+      }
+      CK(cudaDeviceSynchronize());
+      const std::uint64_t hd =
+          hash_dev(kc, pool_rows * d / 4) ^ (hash_dev(vc, pool_rows * d / 4) * 3) ^
+          (hash_dev(ksz, pool_rows * 4) * 5) ^ (hash_dev(vsz, pool_rows * 4) * 7);
+      const double t_demote = median_us([&] { demote_pages(dp); }, iters);
+      const double demote_bytes = 2.0 * pool_rows * d * 2 + 2.0 * pool_rows * (d / 4 + 4);
+      const double dgbs = demote_bytes / (t_demote * 1e3);
+      std::printf(
+          "%-12s %5d pages d %3d clip K 0.96 V %.2f: demotion %6.1f us, %5.0f GB/s (%2.0f%% of "
+          "copy); demoted bits %016llx\n",
+          name, pages, d, vclip_ratio, t_demote, dgbs, 100.0 * dgbs / copy_gbs,
+          static_cast<unsigned long long>(hd));
+      CK(cudaFree(dpairs));
+    }
     const double gbs = (in_bytes + out_int2) / (t_int2 * 1e3);
     std::printf(
         "%-12s %5d tokens d %3d clip K 0.96 V %.2f: into INT2 %6.1f us, %5.0f GB/s (%2.0f%% of "
