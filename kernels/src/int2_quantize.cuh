@@ -814,11 +814,12 @@ constexpr int kRowwiseWarps = 8;
 #ifndef OSCAR_DEMOTE128_PAIR_ROWS
 #define OSCAR_DEMOTE128_PAIR_ROWS 1
 #endif
+// Whether the row-per-thread demotion takes each row by a pair of lanes (16 rows a warp).
 template <int D>
-constexpr int kRowwiseRows = (D == 256 && OSCAR_DEMOTE256_PAIR_ROWS) ||
-                                     (D == 128 && OSCAR_DEMOTE128_PAIR_ROWS)
-                                 ? 16
-                                 : 32;
+constexpr bool kRowwisePairs = (D == 256 && OSCAR_DEMOTE256_PAIR_ROWS) ||
+                               (D == 128 && OSCAR_DEMOTE128_PAIR_ROWS);
+template <int D>
+constexpr int kRowwiseRows = kRowwisePairs<D> ? 16 : 32;
 inline int rowwise_rows_per_warp(int head_dim) {
   return head_dim == 256   ? kRowwiseRows<256>
          : head_dim == 128 ? kRowwiseRows<128>
@@ -828,9 +829,9 @@ inline int rowwise_rows_per_warp(int head_dim) {
 // Two blocks a multiprocessor (128 registers), except three for pairs at d 128 (80 registers) and
 // one for a whole d 256 row a thread.
 template <int D>
-constexpr int kRowwiseMinBlocks = D == 256 && kRowwiseRows<D> == 32   ? 1
-                                  : D == 128 && kRowwiseRows<D> == 16 ? 3
-                                                                      : 2;
+constexpr int kRowwiseMinBlocks = D == 128 && kRowwisePairs<D>    ? 3
+                                  : D == 256 && !kRowwisePairs<D> ? 1
+                                                                  : 2;
 
 // One warp per 32 rows (kRowwiseRows) of one (K or V, KV head); rows run over pages in page order.
 // Needs 16-byte aligned pools (the launcher checks).
