@@ -40,7 +40,8 @@
 #define OSCAR_STORE256_ABLATE_STREAM 0
 #endif
 // The d 256 store's rows quantized by pairs of lanes (int2q::store_row_pair), on in every normal
-// build; 0 builds the row per thread (int2q::store_row_thread) for comparisons.
+// build; 0 builds the row per thread (int2q::store_row_thread) for comparisons, with
+// OSCAR_STORE256_WARPS=8 (32 rows a warp).
 #ifndef OSCAR_STORE256_PAIR_ROWS
 #define OSCAR_STORE256_PAIR_ROWS 1
 #endif
@@ -3012,17 +3013,35 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 // 256 KB there, more than a multiprocessor's shared memory, so they are not held: the prepared
 // rotation (prepare_store_kv, required) keeps R'^T in k-steps of 16 rows (both terms, 16 KB), and
 // a block streams those chunks through a ring in shared memory, one bulk copy each, counted on an
-// mbarrier per slot, while its two warpgroups multiply: each k-step is one m64n256k16 per term
-// per warpgroup, A (the block's rows) and B (the chunk) read from shared memory by the MMA, the
-// accumulators (64 rows x 256 columns a warpgroup, 128 registers a thread) kept over all 16
-// k-steps. A block tile is 256 tokens of one (K or V, KV head): two rounds of 128 rows (64 a
-// warpgroup), so that every R' chunk read from L2 serves 128 rows; the rotated rows go back into
-// the tile (bf16, in place), then each warp stores and quantizes 32 of them, one row per thread,
-// as the head_dim 64 / 128 kernel does, and copies in its rows of the next tile (after the
-// quantizer: store256_rows_of_warp says why). Chunks run ahead across rounds and tiles (the ring
-// does not drain between them).
-constexpr int kStore256Warps = 8;
-constexpr int kStore256Tokens = kStore256Warps * 32;         // a block tile: 32 rows a warp
+// mbarrier per slot, while its warpgroup multiplies: each k-step is one m64n256k16 per term, A
+// (the block's rows) and B (the chunk) read from shared memory by the MMA, the accumulators (64
+// rows x 256 columns, 128 registers a thread) kept over all 16 k-steps. A block tile is 64 tokens
+// of one (K or V, KV head); the rotated rows go back into the tile (bf16, in place), then each
+// warp stores and quantizes 16 of them, a pair of lanes a row, and copies in its rows of the
+// next tile (after the quantizer: store256_rows_of_warp says why). Two blocks share a
+// multiprocessor, so one's product runs while the other quantizes. Chunks run ahead across
+// tiles (the ring does not drain between them).
+// The block's shape: 4 warps (one warpgroup, 64-row tiles, 16 rows a warp to quantize, two
+// blocks a multiprocessor, so that one block's product can run beside the other's quantizer), or
+// with OSCAR_STORE256_WARPS=8, for comparisons, the earlier shape: two warpgroups, 256-row tiles
+// multiplied in two rounds of 128 rows, 32 rows a warp, one block a multiprocessor. On an H100
+// (32768 tokens x 8 KV heads into INT2, value clip 0.96; results page) 397.9-399.9 against
+// 410.1-415.5 us, and from one token to 5000 faster still (300 tokens 20.4 against 33.4 us).
+#ifndef OSCAR_STORE256_WARPS
+#define OSCAR_STORE256_WARPS 4
+#endif
+constexpr int kStore256Warps = OSCAR_STORE256_WARPS;
+static_assert(kStore256Warps == 8 || kStore256Warps == 4, "one or two warpgroups");
+constexpr int kStore256Groups = kStore256Warps / 4;
+constexpr int kStore256Rounds = kStore256Groups == 2 ? 2 : 1;  // products of 64 rows a group
+constexpr int kStore256Tokens = 64 * kStore256Groups * kStore256Rounds;  // a block tile
+constexpr int kStore256WarpRows = kStore256Tokens / kStore256Warps;      // rows a warp quantizes
+constexpr int kStore256MinBlocks = kStore256Groups == 2 ? 1 : 2;
+static_assert(OSCAR_STORE256_PAIR_ROWS || kStore256WarpRows == 32, "a row a thread needs 32 rows");
+// A warp's rows of a tile up to this many are quantized one by one by the whole warp, more by
+// pairs of lanes: with 16 rows a warp from three (a pass of pairs costs about what two rows one by
+// one do), so that a decode step's few tokens take the pairs too.
+constexpr int kStore256WarpPathRows = kStore256WarpRows == 16 ? 2 : kStoreTcWarpRows;
 constexpr int kStore256Stages = 4;                           // R' chunks in the ring
 constexpr int kStore256KSteps = 256 / 16;                    // R' chunks: k-steps of 16
 constexpr unsigned kStore256ChunkBytes = 2u * 16 * 256 * 2;  // both terms, bf16
@@ -3154,9 +3173,9 @@ __device__ __forceinline__ int store256_index(int r, int c) {
   return ((r >> 3) * 32 + (c >> 3)) * 64 + (r & 7) * 8 + (c & 7);
 }
 
-// Copies in warp `warp`'s 32 rows of tile `tile` (zeros past the store's tokens) and its tokens'
-// slots; commits them as one cp.async group. Each instruction copies 4 chunks of 8 rows: 64
-// contiguous bytes of each row, 512 contiguous bytes of shared memory.
+// Copies in warp `warp`'s rows of tile `tile` (kStore256WarpRows; zeros past the store's tokens)
+// and its tokens' slots; commits them as one cp.async group. Each instruction copies 4 chunks of 8
+// rows: 64 contiguous bytes of each row, 512 contiguous bytes of shared memory.
 template <int U = 0>
 __device__ __forceinline__ void store256_copy_chunks(unsigned dst, std::uint64_t src, int bytes) {
   if constexpr (U < 8) {
@@ -3167,31 +3186,35 @@ __device__ __forceinline__ void store256_copy_chunks(unsigned dst, std::uint64_t
 __device__ __forceinline__ void store256_copy_rows(const StoreKvParams& p, const bf16_bits* src,
                                                    int head, std::int64_t tile, int warp,
                                                    __nv_bfloat16* tile_rows, std::int64_t* slots) {
+  constexpr int kRows = kStore256WarpRows;
   const int lane = static_cast<int>(threadIdx.x & 31);
-  const std::int64_t token0 = tile * kStore256Tokens + warp * 32;
+  const std::int64_t token0 = tile * kStore256Tokens + warp * kRows;
   const std::int64_t left = p.num_tokens - token0;
-  const int count = left <= 0 ? 0 : left < 32 ? static_cast<int>(left) : 32;
+  const int count = left <= 0 ? 0 : left < kRows ? static_cast<int>(left) : kRows;
   if (lane < count) {
-    if (p.bf16_slot != nullptr) cp_async_8(slots + warp * 32 + lane, p.bf16_slot + token0 + lane);
+    if (p.bf16_slot != nullptr) {
+      cp_async_8(slots + warp * kRows + lane, p.bf16_slot + token0 + lane);
+    }
     if (p.int2_slot != nullptr) {
-      cp_async_8(slots + kStore256Tokens + warp * 32 + lane, p.int2_slot + token0 + lane);
+      cp_async_8(slots + kStore256Tokens + warp * kRows + lane, p.int2_slot + token0 + lane);
     }
   }
   const unsigned tile_base = shared_address(tile_rows);
 #pragma unroll
-  for (int g = 0; g < 4; ++g) {  // rows 8 g + (lane & 7), chunks 4 u + (lane >> 3)
+  for (int g = 0; g < kRows / 8; ++g) {  // rows 8 g + (lane & 7), chunks 4 u + (lane >> 3)
     const int t = g * 8 + (lane & 7), c = (lane >> 3) * 8;
     const bool live = t < count;
     const bf16_bits* row = live ? src + ((token0 + t) * p.num_kv_heads + head) * 256 + c : src;
-    store256_copy_chunks(tile_base + 2 * store256_index(warp * 32 + t, c),
+    store256_copy_chunks(tile_base + 2 * store256_index(warp * kRows + t, c),
                          reinterpret_cast<std::uint64_t>(row), live ? 16 : 0);
   }
   cp_async_commit();
 }
 
-// Stores warp `warp`'s 32 rotated rows of a head_dim 256 tile (the whole warp calls it): row
-// `lane` by its thread into its BF16 slot and its INT2 slot, the rows the row-per-thread quantizer
-// declines (and the rows of a tile of few) by the whole warp from the tile; then the warp's rows
+// Stores warp `warp`'s rotated rows of a head_dim 256 tile (kStore256WarpRows; the whole warp
+// calls it): by pairs of lanes (or, with 32 rows a warp, row `lane` by its thread) into their BF16
+// and INT2 slots, the rows the quantizer declines (and the rows of a warp's tile of at most
+// kStore256WarpPathRows) by the whole warp from the tile; then the warp's rows
 // of `next_tile` (>= 0) are copied in. The quantizer needs about every register at d 256, so the
 // copies go out only after it (issued while it held its row, as the d 64 / 128 kernel does, they
 // kept the row live for the declined ones: 7 KB of spills a thread), and the function is not
@@ -3201,12 +3224,13 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
                                                       float clip, __nv_bfloat16* tile_rows,
                                                       std::int64_t* slots) {
   constexpr int D = 256;
+  constexpr int kRows = kStore256WarpRows;
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
   const int hkv = p.num_kv_heads;
-  const std::int64_t token0 = tile * kStore256Tokens + warp * 32;
+  const std::int64_t token0 = tile * kStore256Tokens + warp * kRows;
   const std::int64_t left = p.num_tokens - token0;
-  const int count = left <= 0 ? 0 : left < 32 ? static_cast<int>(left) : 32;
-  const int my_row = warp * 32 + lane;
+  const int count = left <= 0 ? 0 : left < kRows ? static_cast<int>(left) : kRows;
+  const int my_row = warp * kRows + lane;  // lane < count
   const std::int64_t bf16_row = slot_pool_row(
       p.bf16_slot != nullptr && lane < count ? slots[my_row] : -1, p.page_size, hkv, head);
   const std::int64_t int2_row =
@@ -3218,17 +3242,17 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
   const bf16_bits* src = is_key ? p.k : p.v;
   const int clip_k = int2q::clip_position<D>(clip);
   const bool thread_path = clip_k >= 0 && int2r::top_length<D>(D - 1 - clip_k) > 0;
-  const auto element = [&](int r, int i) { return tile_rows[store256_index(warp * 32 + r, i)]; };
+  const auto element = [&](int r, int i) { return tile_rows[store256_index(warp * kRows + r, i)]; };
   bool stored = int2_row < 0;
-  if (OSCAR_STORE256_PAIR_ROWS && count > kStoreTcWarpRows) {
-    // A pair of lanes per row (lanes 2 j and 2 j + 1: row 16 pass + j), two passes: each lane
-    // holds half the row's words, for every quarter f of the row its elements
+  if (OSCAR_STORE256_PAIR_ROWS && count > kStore256WarpPathRows) {
+    // A pair of lanes per row (lanes 2 j and 2 j + 1: row 16 pass + j), a pass per 16 rows: each
+    // lane holds half the row's words, for every quarter f of the row its elements
     // f D / 4 + half D / 8 + [0, D / 8) (int2r::quantize_words).
     const int half = lane & 1;
-    unsigned declined[2];
+    unsigned declined[2] = {0u, 0u};
 #pragma unroll 1
-    for (int pass = 0; pass < 2; ++pass) {
-      const int local = 16 * pass + (lane >> 1), tile_row = warp * 32 + local;
+    for (int pass = 0; pass < kRows / 16; ++pass) {
+      const int local = 16 * pass + (lane >> 1), tile_row = warp * kRows + local;
       const bool live = local < count;
       const std::int64_t pair_bf16_row = slot_pool_row(
           p.bf16_slot != nullptr && live ? slots[tile_row] : -1, p.page_size, hkv, head);
@@ -3249,7 +3273,7 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
       declined[pass] = __ballot_sync(kFullMask, !pair_stored && half == 0);
     }
     stored = stored || !pair_row_left(declined, lane);
-  } else if (count > kStoreTcWarpRows) {
+  } else if (kRows == 32 && count > kStoreTcWarpRows) {
     unsigned w[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
@@ -3281,7 +3305,7 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
 }
 #endif
 
-__global__ void __launch_bounds__(kStore256Warps * 32, 1)
+__global__ void __launch_bounds__(kStore256Warps * 32, kStore256MinBlocks)
     store_kv_tc256_kernel(const __grid_constant__ StoreKvParams p) {
   // A store of the side arriving rotated, launched next, shares no data with this one: let it
   // start at once (programmatic dependent launch) on the multiprocessors left free.
@@ -3289,6 +3313,7 @@ __global__ void __launch_bounds__(kStore256Warps * 32, 1)
 #if OSCAR_STORE_WGMMA
   using Layout = Store256Layout;
   constexpr int D = 256;
+  constexpr int kThreads = kStore256Warps * 32;
   extern __shared__ __align__(16) unsigned char store256_smem[];
   auto* const tile_rows = reinterpret_cast<__nv_bfloat16*>(store256_smem);
   unsigned char* const ring = store256_smem + Layout::kRing;
@@ -3303,7 +3328,8 @@ __global__ void __launch_bounds__(kStore256Warps * 32, 1)
   // The launch gives every block at least one tile.
   const std::int64_t my_tiles =
       (tiles - blockIdx.x + gridDim.x - 1) / static_cast<std::int64_t>(gridDim.x);
-  const std::int64_t chunks = my_tiles * 2 * kStore256KSteps;  // chunks this block multiplies by
+  // Chunks this block multiplies by.
+  const std::int64_t chunks = my_tiles * kStore256Rounds * kStore256KSteps;
   const auto* entry = static_cast<const unsigned char*>(p.prepared) +
                       store_prepared_entry_offset(D, hkv, is_key, head);
 
@@ -3319,20 +3345,27 @@ __global__ void __launch_bounds__(kStore256Warps * 32, 1)
   }
   bias[threadIdx.x] = __ldg(
       reinterpret_cast<const float*>(entry + kStore256KSteps * kStore256ChunkBytes) + threadIdx.x);
+  if constexpr (kThreads < D) {
+    bias[threadIdx.x + kThreads] =
+        __ldg(reinterpret_cast<const float*>(entry + kStore256KSteps * kStore256ChunkBytes) +
+              threadIdx.x + kThreads);
+  }
   const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
   const int group = warp >> 2, group_warp = warp & 3;
   std::int64_t q = 0;  // chunks multiplied so far
 
-  for (std::int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+#pragma unroll 1
+  for (std::int64_t i = 0; i < my_tiles; ++i) {
+    const std::int64_t tile = blockIdx.x + i * gridDim.x;
     // 1. The tile's rows (each warp's copies) landed, and are visible to the MMA (async proxy).
     cp_async_wait<0>();
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
 
-    // 2. x R' - b, in two rounds of 128 rows (warpgroup g: rows 128 round + 64 g + [0, 64)).
+    // 2. x R' - b, in rounds of 64 rows a warpgroup (warpgroup g: rows 64 (groups round + g)).
 #pragma unroll 1
-    for (int round = 0; round < 2; ++round) {
-      const int row0 = 128 * round + 64 * group;
+    for (int round = 0; round < kStore256Rounds; ++round) {
+      const int row0 = 64 * (kStore256Groups * round + group);
       const std::uint64_t a_desc = wgmma_descriptor(tile_rows + store256_index(row0, 0), 128, 4096);
       float acc[128];
 #pragma unroll 1
@@ -3356,10 +3389,10 @@ __global__ void __launch_bounds__(kStore256Warps * 32, 1)
                            wgmma_descriptor(chunk + kStore256ChunkBytes / 2, 128, 256), 1);
 #endif
         wgmma_commit();
-        // The previous chunk's products are done in this warpgroup; once both are, its slot takes
-        // the chunk kStore256Stages on.
+        // The previous chunk's products are done in this warpgroup; once every warpgroup's are,
+        // its slot takes the chunk kStore256Stages on.
         wgmma_wait<1>();
-        named_barrier_sync(1, kStore256Warps * 32);
+        named_barrier_sync(1, kThreads);
         if (!OSCAR_STORE256_ABLATE_STREAM && threadIdx.x == 0 && q >= 1 &&
             q - 1 + kStore256Stages < chunks) {
           const std::int64_t next = q - 1 + kStore256Stages;
@@ -3368,6 +3401,7 @@ __global__ void __launch_bounds__(kStore256Warps * 32, 1)
                             entry + (next % kStore256KSteps) * kStore256ChunkBytes,
                             kStore256ChunkBytes, full + free_slot);
         }
+        __syncwarp();
       }
       wgmma_wait<0>();
 #pragma unroll
@@ -3384,9 +3418,9 @@ __global__ void __launch_bounds__(kStore256Warps * 32, 1)
     }
     __syncthreads();  // every rotated row is in the tile
 
-    // 3. The warp's 32 rows into their slots, and its rows of the next tile copied in.
-    store256_rows_of_warp(p, is_key, head, tile, tile + gridDim.x < tiles ? tile + gridDim.x : -1,
-                          clip, tile_rows, slots);
+    // 3. The warp's rows into their slots, and its rows of the next tile copied in.
+    store256_rows_of_warp(p, is_key, head, tile, i + 1 < my_tiles ? tile + gridDim.x : -1, clip,
+                          tile_rows, slots);
   }
 #else
   // Built without the warpgroup MMA: the host never launches this kernel (store256_slots).
@@ -3708,12 +3742,10 @@ Status store_rotated(const StoreKvParams& p, bool& arriving_stored, bool& arrivi
     // token 8.3 us against 13.3 (mma.sync), 64 tokens 10.1 against 14.0, 128 tokens 16.2 against
     // 14.0; with one, 8.3 against 8.0 (warpgroup MMA); d 256 (float32 path otherwise) one token
     // 11.3 against 44.2, 64 tokens 31.3 against 57.5.
-    // At d 256 with a prepared rotation, up to 16 tokens (one token 11.4 against 16.2 us, 8
-    // tokens 11.7 against 16.3, 32 tokens 19.5 against 17.7).
-    const std::int64_t columns_max_tokens =
-        p.head_dim == 256 && path == StoreKvPath::kTensorCore ? 16 : kStoreColumnsMaxTokens;
-    if (p.int2_slot == nullptr && p.num_tokens <= columns_max_tokens &&
-        (path == StoreKvPath::kFloat32 || p.prepared == nullptr || p.head_dim == 256)) {
+    // At d 256 a prepared rotation takes the warpgroup MMA at every token count (one token 9.7
+    // against 11.3 us, 8 tokens 9.7 against 11.5, 32 tokens 10.7 against 18.8).
+    if (p.int2_slot == nullptr && p.num_tokens <= kStoreColumnsMaxTokens &&
+        (path == StoreKvPath::kFloat32 || p.prepared == nullptr)) {
       path = StoreKvPath::kFloat32Columns;
     }
   }

@@ -826,10 +826,17 @@ inline int rowwise_rows_per_warp(int head_dim) {
                            : kRowwiseRows<64>;
 }
 
-// Two blocks a multiprocessor (128 registers), except three for pairs at d 128 (80 registers) and
-// one for a whole d 256 row a thread.
+// Resident blocks a multiprocessor of the d 64 row a thread: three (80 registers, no spills)
+// where two (117) ran 5% slower (16384 pages x 8 heads on an H100: 256.4-259.7 against
+// 270.9-274.5 us; results page). OSCAR_DEMOTE64_MIN_BLOCKS=2 builds the two for comparisons.
+#ifndef OSCAR_DEMOTE64_MIN_BLOCKS
+#define OSCAR_DEMOTE64_MIN_BLOCKS 3
+#endif
+// Two blocks a multiprocessor (128 registers), except three at d 64 (above) and for pairs at
+// d 128 (80 registers), and one for a whole d 256 row a thread.
 template <int D>
-constexpr int kRowwiseMinBlocks = D == 128 && kRowwisePairs<D>    ? 3
+constexpr int kRowwiseMinBlocks = D == 64                         ? OSCAR_DEMOTE64_MIN_BLOCKS
+                                  : D == 128 && kRowwisePairs<D>  ? 3
                                   : D == 256 && !kRowwisePairs<D> ? 1
                                                                   : 2;
 

@@ -53,7 +53,7 @@ using bf16_bits = std::uint16_t;
 // and bits, spread over 16-column slices of each row so that a few rows (a decode step's, into the
 // recent window) run on many multiprocessors; any head_dim and pool alignment. kAuto: for BF16-only
 // stores of up to kStoreColumnsMaxTokens tokens the column path, unless a prepared rotation lets
-// the warpgroup MMA serve them (as fast; at head_dim 256 from 17 tokens on); otherwise the
+// the warpgroup MMA serve them (as fast at head_dim 128, faster at 256); otherwise the
 // tensor-core kernels when head_dim (256: with a prepared rotation),
 // alignment and the device's shared memory allow (faster from a few dozen tokens on), on Hopper
 // the warpgroup MMA with a prepared rotation (fastest at every token count) and without one from
