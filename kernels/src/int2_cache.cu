@@ -3052,7 +3052,9 @@ constexpr unsigned kStore256ChunkBytes = 2u * 16 * 256 * 2;  // both terms, bf16
 // costs ~2.5 arriving ones). Values arriving, keys rotated, on an H100
 // (scripts/gpu/store_ablation.cu, into INT2; results page): 1 token 29.5 -> 21.2 us, 8 tokens 51.3
 // -> 30.5, 512 50.8 -> 37.7, 8192 117.5 -> 107.8; at 32768 the launch beside it was slower (396-403
-// against 371 us; eighths 2: 374-378, 0: 408), so larger stores launch it after the store.
+// against 371 us; eighths 2: 374-378, 0: 408), so larger stores launch it after the store. (Both
+// measured with the two-warpgroup blocks; the one-warpgroup blocks kept the settings: values
+// arriving at 8192 tokens 88.8 us, 32768 tokens 289.0, in oscar-bench.)
 #ifndef OSCAR_STORE256_DEPENDENT_MAX_TOKENS
 #define OSCAR_STORE256_DEPENDENT_MAX_TOKENS 8192
 #endif
