@@ -3027,6 +3027,10 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
 // multiplied in two rounds of 128 rows, 32 rows a warp, one block a multiprocessor. On an H100
 // (32768 tokens x 8 KV heads into INT2, value clip 0.96; results page) 397.9-399.9 against
 // 410.1-415.5 us, and from one token to 5000 faster still (300 tokens 20.4 against 33.4 us).
+// A warp-specialized block (a warpgroup that only multiplies, R' in slots of 128 columns, beside 8
+// or 12 warps that only quantize) stored the same bits but took 518-826 us on an H200 against
+// 391-400: the synchronization around its many small products, not the quantizer, held it
+// (int2-kernels.md, Status).
 #ifndef OSCAR_STORE256_WARPS
 #define OSCAR_STORE256_WARPS 4
 #endif
@@ -3053,8 +3057,10 @@ constexpr unsigned kStore256ChunkBytes = 2u * 16 * 256 * 2;  // both terms, bf16
 // (scripts/gpu/store_ablation.cu, into INT2; results page): 1 token 29.5 -> 21.2 us, 8 tokens 51.3
 // -> 30.5, 512 50.8 -> 37.7, 8192 117.5 -> 107.8; at 32768 the launch beside it was slower (396-403
 // against 371 us; eighths 2: 374-378, 0: 408), so larger stores launch it after the store. (Both
-// measured with the two-warpgroup blocks; the one-warpgroup blocks kept the settings: values
-// arriving at 8192 tokens 88.8 us, 32768 tokens 289.0, in oscar-bench.)
+// tuned with the two-warpgroup blocks and measured again with the one-warpgroup blocks on an H200,
+// 1 to 32768 tokens: eighths 1 won at 8192 tokens, 85-89 against 95-96 us, and lost at 2048, 41.5
+// against 35.6-36.5; eighths 5 ran level; the dependent launch at 32768 lost, 297-300 against
+// 283-286. Kept.)
 #ifndef OSCAR_STORE256_DEPENDENT_MAX_TOKENS
 #define OSCAR_STORE256_DEPENDENT_MAX_TOKENS 8192
 #endif
