@@ -7,6 +7,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,6 +113,30 @@ oscar::kernels::StoreKvParams store_params(std::int64_t tokens, int heads, int d
   return p;
 }
 
+// A demotion of `pages` page pairs with its shape and pair list set (no pools yet).
+DemotePagesParams demote_shape(int pages, int heads, int d, int page_size,
+                               const std::int32_t* page_pairs) {
+  DemotePagesParams p;
+  p.num_pages = pages;
+  p.num_kv_heads = heads;
+  p.head_dim = d;
+  p.page_size = page_size;
+  p.page_pairs = page_pairs;
+  return p;
+}
+
+// A decode of `batch` sequences with its shape and softmax scale set (no buffers yet).
+DecodeParams decode_shape(int batch, int hq, int hkv, int d, int page_size) {
+  DecodeParams p;
+  p.batch = batch;
+  p.num_q_heads = hq;
+  p.num_kv_heads = hkv;
+  p.head_dim = d;
+  p.page_size = page_size;
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return p;
+}
+
 // Random rows with heavy-tailed outliers (a few channels 10x larger), rounded to bf16.
 std::vector<float> random_rows(std::int64_t rows, std::int64_t d, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -122,6 +148,25 @@ std::vector<float> random_rows(std::int64_t rows, std::int64_t d, std::mt19937& 
     }
   }
   return x;
+}
+
+// INT2 pools of `rows` random rows quantized by the reference (keys at clip 0.96, values 0.92).
+struct Int2Rows {
+  std::vector<std::uint8_t> codes_k, codes_v;
+  std::vector<std::uint16_t> scale_zero_k, scale_zero_v;
+};
+Int2Rows random_int2_rows(std::size_t rows, int d, std::mt19937& rng) {
+  Int2Rows out{std::vector<std::uint8_t>(rows * d / 4), std::vector<std::uint8_t>(rows * d / 4),
+               std::vector<std::uint16_t>(rows * 2), std::vector<std::uint16_t>(rows * 2)};
+  const auto k = random_rows(static_cast<std::int64_t>(rows), d, rng);
+  const auto v = random_rows(static_cast<std::int64_t>(rows), d, rng);
+  for (std::size_t row = 0; row < rows; ++row) {
+    ref::quantize_cache_row(&k[row * d], d, 0.96f, &out.codes_k[row * d / 4],
+                            &out.scale_zero_k[row * 2]);
+    ref::quantize_cache_row(&v[row * d], d, 0.92f, &out.codes_v[row * d / 4],
+                            &out.scale_zero_v[row * 2]);
+  }
+  return out;
 }
 
 std::vector<std::uint16_t> to_bits(const std::vector<float>& x) {
@@ -211,43 +256,70 @@ TEST_P(Int2Store, DemotionIsBitExact) {
     }
     const std::vector<float> k_clip = {0.96f, 1.0f, 0.8f}, v_clip = {0.92f, 0.5f, 1.0f};
     // Source bf16 pages go to INT2 pages in a scrambled order (7 is prime to both page counts).
+    // Every fifth pair is padding (a negative source or destination page, alternately), which
+    // the kernels skip: its destination page must stay as it was (zeros).
     std::vector<std::int32_t> pairs;
+    std::vector<int> destination(pages);
     for (int i = 0; i < pages; ++i) {
-      pairs.push_back(i);
-      pairs.push_back((7 * i + 3) % pages);
+      destination[i] = (7 * i + 3) % pages;
+      const bool padding = i % 5 == 2;
+      pairs.push_back(padding && i % 2 == 0 ? -1 : i);
+      pairs.push_back(padding && i % 2 == 1 ? -1 : destination[i]);
     }
     DeviceBuffer<std::uint16_t> kb(to_bits(k)), vb(to_bits(v));
     DeviceBuffer<float> kc(k_clip), vc(v_clip);
     DeviceBuffer<std::int32_t> pp(pairs);
     const std::size_t rows = static_cast<std::size_t>(pages) * heads * ps;
-    for (const DemoteKernel kernel : {DemoteKernel::kWarpBatched, DemoteKernel::kRowPerThread}) {
-      SCOPED_TRACE(kernel == DemoteKernel::kWarpBatched ? "warp-batched kernel"
-                                                        : "row-per-thread kernel");
-      DeviceBuffer<std::uint8_t> kcodes(rows * d / 4), vcodes(rows * d / 4);
+    // Each kernel, and the batched one asked for code pools one byte off 2-byte alignment (which
+    // it cannot address: a warp per row serves them).
+    for (const int variant : {0, 1, 2, 3}) {
+      const DemoteKernel kernel = variant == 1   ? DemoteKernel::kRowPerThread
+                                  : variant == 2 ? DemoteKernel::kWarpPerRow
+                                                 : DemoteKernel::kWarpBatched;
+      const std::size_t offset = variant == 3 ? 1 : 0;
+      SCOPED_TRACE(variant == 0   ? "warp-batched kernel"
+                   : variant == 1 ? "row-per-thread kernel"
+                   : variant == 2 ? "warp-per-row kernel"
+                                  : "warp-batched, unaligned codes (warp per row)");
+      DeviceBuffer<std::uint8_t> kcodes(rows * d / 4 + offset), vcodes(rows * d / 4 + offset);
       DeviceBuffer<std::uint16_t> ksz(rows * 2), vsz(rows * 2);
-      DemotePagesParams p;
-      p.num_pages = pages;
-      p.num_kv_heads = heads;
-      p.head_dim = d;
-      p.page_size = ps;
-      p.page_pairs = pp.ptr;
+      DemotePagesParams p = demote_shape(pages, heads, d, ps, pp.ptr);
       p.k_bf16 = kb.ptr;
       p.v_bf16 = vb.ptr;
       p.k_clip = kc.ptr;
       p.v_clip = vc.ptr;
-      p.k_codes = kcodes.ptr;
-      p.v_codes = vcodes.ptr;
+      p.k_codes = kcodes.ptr + offset;
+      p.v_codes = vcodes.ptr + offset;
       p.k_scale_zero = ksz.ptr;
       p.v_scale_zero = vsz.ptr;
       p.kernel = kernel;
       ASSERT_EQ(demote_pages(p), Status::kOk) << last_error_message();
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const auto got_kc = kcodes.download(), got_vc = vcodes.download();
+      auto got_kc = kcodes.download(), got_vc = vcodes.download();
+      got_kc.erase(got_kc.begin(), got_kc.begin() + static_cast<std::ptrdiff_t>(offset));
+      got_vc.erase(got_vc.begin(), got_vc.begin() + static_cast<std::ptrdiff_t>(offset));
       const auto got_ksz = ksz.download(), got_vsz = vsz.download();
       std::vector<std::uint8_t> packed(static_cast<std::size_t>(d / 4));
       std::uint16_t sz[2];
       for (int i = 0; i < pages; ++i) {
         const int src = pairs[2 * i], dst = pairs[2 * i + 1];
+        if (src < 0 || dst < 0) {
+          const std::size_t first = static_cast<std::size_t>(destination[i]) * heads * ps;
+          const std::size_t count = static_cast<std::size_t>(heads) * ps;
+          for (const auto* codes : {&got_kc, &got_vc}) {
+            ASSERT_TRUE(std::all_of(codes->begin() + first * d / 4,
+                                    codes->begin() + (first + count) * d / 4,
+                                    [](std::uint8_t b) { return b == 0; }))
+                << "padding pair " << i << " wrote codes";
+          }
+          for (const auto* scale_zero : {&got_ksz, &got_vsz}) {
+            ASSERT_TRUE(std::all_of(scale_zero->begin() + first * 2,
+                                    scale_zero->begin() + (first + count) * 2,
+                                    [](std::uint16_t b) { return b == 0; }))
+                << "padding pair " << i << " wrote scales";
+          }
+          continue;
+        }
         for (int h = 0; h < heads; ++h) {
           for (int t = 0; t < ps; ++t) {
             const std::size_t src_row = (static_cast<std::size_t>(src) * heads + h) * ps + t;
@@ -656,16 +728,9 @@ void run_decode_case(const DecodeCase& c) {
   const std::size_t irows = static_cast<std::size_t>(std::max(n_int2, 1)) * hkv * ps;
   const auto kb = random_rows(static_cast<std::int64_t>(brows), d, rng);
   const auto vb = random_rows(static_cast<std::int64_t>(brows), d, rng);
-  std::vector<std::uint8_t> kcodes(irows * d / 4), vcodes(irows * d / 4);
-  std::vector<std::uint16_t> ksz(irows * 2), vsz(irows * 2);
-  {
-    const auto ki = random_rows(static_cast<std::int64_t>(irows), d, rng);
-    const auto vi = random_rows(static_cast<std::int64_t>(irows), d, rng);
-    for (std::size_t row = 0; row < irows; ++row) {
-      ref::quantize_cache_row(&ki[row * d], d, 0.96f, &kcodes[row * d / 4], &ksz[row * 2]);
-      ref::quantize_cache_row(&vi[row * d], d, 0.92f, &vcodes[row * d / 4], &vsz[row * 2]);
-    }
-  }
+  Int2Rows int2_rows = random_int2_rows(irows, d, rng);
+  const std::vector<std::uint8_t>&kcodes = int2_rows.codes_k, &vcodes = int2_rows.codes_v;
+  std::vector<std::uint16_t>&ksz = int2_rows.scale_zero_k, &vsz = int2_rows.scale_zero_v;
   // Rows past each sequence's tokens in its last sink / recent / INT2 page hold NaN patterns, as
   // a fresh pool may: the kernels must never let them into the result.
   auto kb_poisoned = kb, vb_poisoned = vb;
@@ -708,13 +773,7 @@ void run_decode_case(const DecodeCase& c) {
       kszd(ksz), vszd(vsz), out(static_cast<std::size_t>(batch) * hq * d);
   DeviceBuffer<std::uint8_t> kcd(kcodes), vcd(vcodes);
   DeviceBuffer<std::int32_t> btd(btab), itd(itab), sd(sink), id(int2), rd(recent);
-  DecodeParams p;
-  p.batch = batch;
-  p.num_q_heads = hq;
-  p.num_kv_heads = hkv;
-  p.head_dim = d;
-  p.page_size = ps;
-  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  DecodeParams p = decode_shape(batch, hq, hkv, d, ps);
   p.q = qd.ptr;
   p.k_bf16 = kbd.ptr;
   p.v_bf16 = vbd.ptr;
@@ -916,6 +975,246 @@ TEST(Int2Decode, RejectsUnusableBuffers) {
   EXPECT_EQ(decode_attention(bad), Status::kOk) << last_error_message();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
+
+// A decode step as a serving engine captures it in a CUDA graph: the batch's new rows stored (one
+// token a sequence, into BF16 and INT2 slots), a fixed-length list of pages demoted, attention
+// decoded. Replayed over several steps with new contents in the buffers it reads (rows, slots,
+// page pairs, block tables, lengths, queries), the graph must give, bit for bit, what the same
+// calls give launched one by one. The batch carries padding as an engine pads a captured batch: a
+// token with both slots -1, demotion pairs of -1, a sequence with no tokens. The capture uses the
+// strictest mode (no call that is unsafe while a stream captures, in any thread) and comes before
+// any of this case's calls run, so that first-call device queries happen inside it (run this test
+// alone to have them all there).
+struct GraphCase {
+  int d, page_size;
+  DecodePath path;
+  bool values_arrive;  // values arrive rotated (v_rotation null)
+};
+
+class Int2Graph : public ::testing::TestWithParam<GraphCase> {};
+
+TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const GraphCase c = GetParam();
+  const int d = c.d, ps = c.page_size, hkv = 2, group = 4, hq = hkv * group, batch = 4;
+  const int pool_pages = 20, table = 5, steps = 5;  // table: pages of each kind a sequence lists
+  const std::size_t pool_rows = static_cast<std::size_t>(pool_pages) * hkv * ps;
+  std::mt19937 rng(static_cast<unsigned>(d * 13 + ps + (c.values_arrive ? 1 : 0)));
+
+  // Two identical caches: one for the graph, one for the calls one by one.
+  const auto bf16_k = to_bits(random_rows(static_cast<std::int64_t>(pool_rows), d, rng));
+  const auto bf16_v = to_bits(random_rows(static_cast<std::int64_t>(pool_rows), d, rng));
+  const Int2Rows int2_rows = random_int2_rows(pool_rows, d, rng);
+  struct Cache {
+    DeviceBuffer<std::uint16_t> bf16[2], scale_zero[2], out;
+    DeviceBuffer<std::uint8_t> codes[2], workspace;
+  };
+  auto make_cache = [&](std::size_t out_elements, std::size_t workspace_bytes) {
+    return new Cache{{DeviceBuffer<std::uint16_t>(bf16_k), DeviceBuffer<std::uint16_t>(bf16_v)},
+                     {DeviceBuffer<std::uint16_t>(int2_rows.scale_zero_k),
+                      DeviceBuffer<std::uint16_t>(int2_rows.scale_zero_v)},
+                     DeviceBuffer<std::uint16_t>(out_elements),
+                     {DeviceBuffer<std::uint8_t>(int2_rows.codes_k),
+                      DeviceBuffer<std::uint8_t>(int2_rows.codes_v)},
+                     DeviceBuffer<std::uint8_t>(workspace_bytes)};
+  };
+
+  // The rotation (keys centred and smoothed), prepared once, as an engine does at load time.
+  const std::vector<float> rk = random_rotation(hkv, d, rng), rv = random_rotation(hkv, d, rng);
+  std::vector<float> k_mean(static_cast<std::size_t>(hkv) * d), k_smooth(k_mean.size()),
+      v_mean(k_mean.size());
+  for (std::size_t i = 0; i < k_mean.size(); ++i) {
+    k_mean[i] = 0.25f * static_cast<float>(i % 5);
+    k_smooth[i] = 0.5f + 0.25f * static_cast<float>(i % 4);
+    v_mean[i] = -0.125f * static_cast<float>(i % 3);
+  }
+  const std::vector<float> k_clips = {0.96f, 0.9f}, v_clips = {0.92f, 0.9f};
+  DeviceBuffer<float> rkd(rk), rvd(rv), kmd(k_mean), ksd(k_smooth), vmd(v_mean), kcd(k_clips),
+      vcd(v_clips);
+  DeviceBuffer<std::uint8_t> prepared(store_kv_prepared_bytes(hkv, d));
+
+  // The buffers the step reads, rewritten before each step.
+  DeviceBuffer<std::uint16_t> k_rows(static_cast<std::size_t>(batch) * hkv * d),
+      v_rows(static_cast<std::size_t>(batch) * hkv * d),
+      q(static_cast<std::size_t>(batch) * hq * d);
+  DeviceBuffer<std::int64_t> bf16_slot(batch), int2_slot(batch);
+  DeviceBuffer<std::int32_t> page_pairs(2 * batch), bf16_table(batch * table),
+      int2_table(batch * table), sink_len(batch), int2_len(batch), recent_len(batch);
+
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+
+  StoreKvParams store = store_params(batch, hkv, d, ps, k_rows.ptr, v_rows.ptr, kcd.ptr, vcd.ptr);
+  store.k_rotation = rkd.ptr;
+  store.k_mean = kmd.ptr;
+  store.k_smooth = ksd.ptr;
+  if (!c.values_arrive) {
+    store.v_rotation = rvd.ptr;
+    store.v_mean = vmd.ptr;
+  }
+  store.bf16_slot = bf16_slot.ptr;
+  store.int2_slot = int2_slot.ptr;
+  store.prepared = prepared.ptr;
+  store.stream = stream;
+  ASSERT_EQ(prepare_store_kv(store, prepared.ptr), Status::kOk) << last_error_message();
+
+  DemotePagesParams demote = demote_shape(batch, hkv, d, ps, page_pairs.ptr);
+  demote.k_clip = kcd.ptr;
+  demote.v_clip = vcd.ptr;
+  demote.stream = stream;
+
+  DecodeParams decode = decode_shape(batch, hq, hkv, d, ps);
+  decode.q = q.ptr;
+  decode.bf16_block_table = bf16_table.ptr;
+  decode.int2_block_table = int2_table.ptr;
+  decode.bf16_table_stride = decode.int2_table_stride = table;
+  decode.sink_len = sink_len.ptr;
+  decode.int2_len = int2_len.ptr;
+  decode.recent_len = recent_len.ptr;
+  decode.max_pages_per_sequence = 2 * table;  // an upper bound, as a captured batch has
+  decode.max_bf16_pages_per_sequence = table;
+  decode.path = c.path;
+  decode.stream = stream;
+
+  const std::size_t out_elements = static_cast<std::size_t>(batch) * hq * d;
+  std::unique_ptr<Cache> captured(make_cache(out_elements, decode_workspace_bytes(decode)));
+  std::unique_ptr<Cache> eager(make_cache(out_elements, decode_workspace_bytes(decode)));
+  // Wires the three calls to one cache.
+  auto wire = [&](const Cache& cache, StoreKvParams& s, DemotePagesParams& m, DecodeParams& a) {
+    s = store;
+    m = demote;
+    a = decode;
+    for (int side = 0; side < 2; ++side) {
+      std::uint16_t* const rows = cache.bf16[side].ptr;
+      std::uint8_t* const codes = cache.codes[side].ptr;
+      std::uint16_t* const scale_zero = cache.scale_zero[side].ptr;
+      (side == 0 ? s.k_bf16 : s.v_bf16) = rows;
+      (side == 0 ? m.k_bf16 : m.v_bf16) = rows;
+      (side == 0 ? a.k_bf16 : a.v_bf16) = rows;
+      (side == 0 ? s.k_codes : s.v_codes) = codes;
+      (side == 0 ? m.k_codes : m.v_codes) = codes;
+      (side == 0 ? a.k_codes : a.v_codes) = codes;
+      (side == 0 ? s.k_scale_zero : s.v_scale_zero) = scale_zero;
+      (side == 0 ? m.k_scale_zero : m.v_scale_zero) = scale_zero;
+      (side == 0 ? a.k_scale_zero : a.v_scale_zero) = scale_zero;
+    }
+    a.out = cache.out.ptr;
+    a.workspace = cache.workspace.ptr;
+    a.workspace_bytes = cache.workspace.count;
+  };
+  StoreKvParams graph_store, eager_store;
+  DemotePagesParams graph_demote, eager_demote;
+  DecodeParams graph_decode, eager_decode;
+  wire(*captured, graph_store, graph_demote, graph_decode);
+  wire(*eager, eager_store, eager_demote, eager_decode);
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status stored = store_kv(graph_store);
+  const std::string store_error = last_error_message();
+  const Status demoted = demote_pages(graph_demote);
+  const std::string demote_error = last_error_message();
+  const Status decoded = decode_attention(graph_decode);
+  const std::string decode_error = last_error_message();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(stored, Status::kOk) << store_error;
+  ASSERT_EQ(demoted, Status::kOk) << demote_error;
+  ASSERT_EQ(decoded, Status::kOk) << decode_error;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+  auto upload = [](auto& buffer, const auto& host) {
+    ASSERT_EQ(host.size(), buffer.count);
+    ASSERT_EQ(
+        cudaMemcpy(buffer.ptr, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice),
+        cudaSuccess);
+  };
+  for (int step = 0; step < steps; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    // New rows: sequence b's token to a BF16 slot on a page of its own; to an INT2 slot as well
+    // except for sequence 1; sequence 3 is padding (both slots -1).
+    std::vector<int> pages(pool_pages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    std::vector<std::int64_t> bslot(batch, -1), islot(batch, -1);
+    for (int b = 0; b < batch - 1; ++b) {
+      bslot[b] = std::int64_t{pages[b]} * ps + static_cast<int>(rng() % ps);
+      if (b != 1)
+        islot[b] = std::int64_t{pages[pool_pages - 1 - b]} * ps + static_cast<int>(rng() % ps);
+    }
+    upload(bf16_slot, bslot);
+    upload(int2_slot, islot);
+    upload(k_rows, to_bits(random_rows(std::int64_t{batch} * hkv, d, rng)));
+    upload(v_rows, to_bits(random_rows(std::int64_t{batch} * hkv, d, rng)));
+    upload(q, to_bits(random_rows(std::int64_t{batch} * hq, d, rng)));
+    // Demotions: two real pairs and two of padding, their places moving with the step.
+    std::shuffle(pages.begin(), pages.end(), rng);
+    std::vector<std::int32_t> pairs(2 * batch);
+    for (int b = 0; b < batch; ++b) {
+      const bool padding = (b + step) % batch >= 2;
+      pairs[2 * b] = padding && b % 2 == 0 ? -1 : pages[b];
+      pairs[2 * b + 1] = padding && b % 2 == 1 ? -1 : pages[pool_pages - 1 - b];
+    }
+    upload(page_pairs, pairs);
+    // Each sequence's pages and lengths; sequence 3 has none.
+    std::vector<std::int32_t> btab(batch * table), itab(batch * table), sink(batch), int2(batch),
+        recent(batch);
+    for (int b = 0; b < batch; ++b) {
+      std::shuffle(pages.begin(), pages.end(), rng);
+      std::copy_n(pages.begin(), table, btab.begin() + b * table);
+      std::copy_n(pages.begin() + table, table, itab.begin() + b * table);
+      if (b == batch - 1) continue;
+      sink[b] = static_cast<int>(rng() % (ps + 3));  // at most 2 pages
+      const int sink_pages = (sink[b] + ps - 1) / ps;
+      recent[b] = static_cast<int>(rng() % ((table - sink_pages) * ps + 1));
+      int2[b] = static_cast<int>(rng() % (table * ps + 1));
+    }
+    upload(bf16_table, btab);
+    upload(int2_table, itab);
+    upload(sink_len, sink);
+    upload(int2_len, int2);
+    upload(recent_len, recent);
+
+    ASSERT_EQ(store_kv(eager_store), Status::kOk) << last_error_message();
+    ASSERT_EQ(demote_pages(eager_demote), Status::kOk) << last_error_message();
+    ASSERT_EQ(decode_attention(eager_decode), Status::kOk) << last_error_message();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    for (int side = 0; side < 2; ++side) {
+      const char* name = side == 0 ? "K" : "V";
+      ASSERT_EQ(captured->bf16[side].download(), eager->bf16[side].download()) << name;
+      ASSERT_EQ(captured->codes[side].download(), eager->codes[side].download()) << name;
+      ASSERT_EQ(captured->scale_zero[side].download(), eager->scale_zero[side].download()) << name;
+    }
+    const auto out = captured->out.download();
+    ASSERT_EQ(out, eager->out.download()) << "attention output";
+    // The padded sequence decodes to zeros.
+    EXPECT_TRUE(std::all_of(out.end() - static_cast<std::ptrdiff_t>(hq) * d, out.end(),
+                            [](std::uint16_t x) { return ref::from_bf16_bits(x) == 0.0f; }));
+    for (const Cache* cache : {captured.get(), eager.get()}) {
+      const auto counters = cache->workspace.download();
+      ASSERT_TRUE(std::all_of(counters.begin(), counters.begin() + decode_counter_bytes(decode),
+                              [](std::uint8_t x) { return x == 0; }))
+          << "the merge counters were not left at zero";
+    }
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, Int2Graph,
+                         ::testing::Values(GraphCase{64, 16, DecodePath::kAuto, false},
+                                           GraphCase{128, 16, DecodePath::kAuto, false},
+                                           GraphCase{128, 8, DecodePath::kSimt, true},
+                                           GraphCase{256, 16, DecodePath::kAuto, true},
+                                           GraphCase{256, 8, DecodePath::kAuto, false}),
+                         [](const ::testing::TestParamInfo<GraphCase>& info) {
+                           return "d" + std::to_string(info.param.d) + "_page" +
+                                  std::to_string(info.param.page_size) +
+                                  (info.param.path == DecodePath::kSimt ? "_simt" : "_auto") +
+                                  (info.param.values_arrive ? "_values_arrive" : "");
+                         });
 
 TEST(Int2Kernels, RejectBadArguments) {
   DecodeParams p;

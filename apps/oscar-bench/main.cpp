@@ -1,16 +1,19 @@
 // oscar-bench: decode attention over the paged INT2 cache vs the same kernel over an all-BF16
-// cache, against the card's measured copy bandwidth, plus demotion (quantize-and-pack) throughput.
+// cache, against the card's measured copy bandwidth, plus demotion (quantize-and-pack) and store
+// throughput, and a whole decode step launched call by call and as a CUDA graph.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <nvtx3/nvToolsExt.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -29,7 +32,9 @@ struct Options {
   int q_heads = 32, kv_heads = 8, head_dim = 128, page_size = 16, sink = 64, recent = 256;
   int iters = 20;
   std::string flush = "read";  // how L2 is emptied before a timed run: read, write
-  int layers = 36;             // Qwen3-8B: for the whole-model memory figure
+  int layers = 36;             // Qwen3-8B: for the whole-model memory figure and the decode step
+  int step_context = 4096;     // context of the decode-step figure
+  int step_steps = 200;        // timed steps of the decode-step figure (0: skip it)
   double budget_gib = 40.0;    // fixed KV memory budget for the largest batch at 128K
   std::string json_path;
 };
@@ -154,6 +159,100 @@ DecodeParams base_params(int batch, int hq, int hkv, int d, int ps, const bf16_b
   return p;
 }
 
+// A store of `tokens` rows a KV head with its shape set (no buffers yet).
+StoreKvParams store_shape(int tokens, int hkv, int d, int ps) {
+  StoreKvParams p;
+  p.num_tokens = tokens;
+  p.num_kv_heads = hkv;
+  p.head_dim = d;
+  p.page_size = ps;
+  return p;
+}
+
+// A demotion of `pages` page pairs with its shape set (no buffers yet).
+DemotePagesParams demote_shape(int pages, int hkv, int d, int ps) {
+  DemotePagesParams p;
+  p.num_pages = pages;
+  p.num_kv_heads = hkv;
+  p.head_dim = d;
+  p.page_size = ps;
+  return p;
+}
+
+// A paged mixed-precision cache of `batch` sequences of `context` tokens, random contents: the sink
+// and the recent window in BF16 pages, the rest in INT2 pages, with the decode parameters over it.
+struct MixedCache {
+  int sink_len = 0, recent_len = 0, int2_tokens = 0, sink_pages = 0, recent_pages = 0,
+      int2_pages = 0;
+  std::unique_ptr<Buffer> k, v, codes_k, codes_v, scale_zero_k, scale_zero_v, bf16_table,
+      int2_table, sink, int2, recent;
+  int batch, hq, hkv, d, ps;
+
+  MixedCache(int batch_, int context, const Options& o, std::mt19937& rng)
+      : batch(batch_), hq(o.q_heads), hkv(o.kv_heads), d(o.head_dim), ps(o.page_size) {
+    sink_pages = (o.sink + ps - 1) / ps;
+    recent_pages = (o.recent + ps - 1) / ps;
+    int2_tokens = std::max(0, context - o.sink - o.recent);
+    int2_pages = (int2_tokens + ps - 1) / ps;
+    sink_len = std::min(context, o.sink);
+    recent_len = std::min(context - sink_len, o.recent);
+    const std::size_t bf16_rows = static_cast<std::size_t>(batch) * bf16_stride() * hkv * ps;
+    const std::size_t int2_rows = static_cast<std::size_t>(batch) * int2_stride() * hkv * ps;
+    k = std::make_unique<Buffer>(bf16_rows * d * 2);
+    v = std::make_unique<Buffer>(bf16_rows * d * 2);
+    fill_bf16(*k, bf16_rows * d, rng);
+    fill_bf16(*v, bf16_rows * d, rng);
+    codes_k = std::make_unique<Buffer>(int2_rows * d / 4);
+    codes_v = std::make_unique<Buffer>(int2_rows * d / 4);
+    scale_zero_k = std::make_unique<Buffer>(int2_rows * 4);
+    scale_zero_v = std::make_unique<Buffer>(int2_rows * 4);
+    check(cudaMemset(codes_k->ptr, 0x1b, int2_rows * d / 4), "memset");
+    check(cudaMemset(codes_v->ptr, 0xe4, int2_rows * d / 4), "memset");
+    fill_bf16(*scale_zero_k, int2_rows * 2, rng);
+    fill_bf16(*scale_zero_v, int2_rows * 2, rng);
+    // Every sequence's pages in pool order.
+    auto table = [&](int stride) {
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(batch) * stride);
+      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i);
+      auto buffer = std::make_unique<Buffer>(ids.size() * 4);
+      upload(*buffer, ids);
+      return buffer;
+    };
+    bf16_table = table(bf16_stride());
+    int2_table = table(int2_stride());
+    auto lengths = [&](int length) {
+      auto buffer = std::make_unique<Buffer>(static_cast<std::size_t>(batch) * 4);
+      upload(*buffer, std::vector<std::int32_t>(batch, length));
+      return buffer;
+    };
+    sink = lengths(sink_len);
+    int2 = lengths(int2_tokens);
+    recent = lengths(recent_len);
+  }
+  int bf16_stride() const { return sink_pages + recent_pages; }
+  int int2_stride() const { return std::max(int2_pages, 1); }
+  // The decode over this cache (no output, workspace or path yet).
+  DecodeParams params(const bf16_bits* q) const {
+    DecodeParams p = base_params(batch, hq, hkv, d, ps, q);
+    p.k_bf16 = k->as<bf16_bits>();
+    p.v_bf16 = v->as<bf16_bits>();
+    p.k_codes = codes_k->as<std::uint8_t>();
+    p.v_codes = codes_v->as<std::uint8_t>();
+    p.k_scale_zero = scale_zero_k->as<bf16_bits>();
+    p.v_scale_zero = scale_zero_v->as<bf16_bits>();
+    p.bf16_block_table = bf16_table->as<std::int32_t>();
+    p.int2_block_table = int2_table->as<std::int32_t>();
+    p.bf16_table_stride = bf16_stride();
+    p.int2_table_stride = int2_stride();
+    p.sink_len = sink->as<std::int32_t>();
+    p.int2_len = int2->as<std::int32_t>();
+    p.recent_len = recent->as<std::int32_t>();
+    p.max_pages_per_sequence = sink_pages + int2_pages + recent_pages;
+    p.max_bf16_pages_per_sequence = bf16_stride();
+    return p;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,8 +267,15 @@ int main(int argc, char** argv) {
   app.add_option("--sink", o.sink, "S0: BF16 sink tokens of the INT2 cache")->default_val(64);
   app.add_option("--recent", o.recent, "W: BF16 recent tokens of the INT2 cache")->default_val(256);
   app.add_option("--iters", o.iters, "Timed runs per point (median reported)")->default_val(20);
-  app.add_option("--layers", o.layers, "Layers of the model for the memory figure")
+  app.add_option("--layers", o.layers,
+                 "Layers of the model for the memory figure and the decode step")
       ->default_val(36);
+  app.add_option("--step-context", o.step_context, "Context of the decode-step figure")
+      ->default_val(4096);
+  app.add_option("--step-steps", o.step_steps,
+                 "Timed steps of the decode-step figure, calls one by one and a CUDA graph (0: "
+                 "skip it)")
+      ->default_val(200);
   app.add_option("--budget-gib", o.budget_gib, "KV memory budget for the largest-batch figure")
       ->default_val(40.0);
   app.add_option("--flush", o.flush,
@@ -203,9 +309,7 @@ int main(int argc, char** argv) {
   for (int batch : o.batches) {
     for (int context : o.contexts) {
       const int pages_all = (context + ps - 1) / ps;
-      const int sink_pages = (o.sink + ps - 1) / ps, recent_pages = (o.recent + ps - 1) / ps;
       const int int2_tokens = std::max(0, context - o.sink - o.recent);
-      const int int2_pages = (int2_tokens + ps - 1) / ps;
       const std::size_t bf16_row = static_cast<std::size_t>(d) * 2;
       // BF16 cache: every token in BF16 pages.
       const std::size_t bf16_pool_rows = static_cast<std::size_t>(batch) * pages_all * hkv * ps;
@@ -252,49 +356,9 @@ int main(int argc, char** argv) {
         bf16_read = static_cast<double>(batch) * context * hkv * 2.0 * bf16_row;
       }
       {
-        // INT2 cache: sink and recent in BF16 pages, the rest in INT2 pages.
-        const std::size_t bpages = static_cast<std::size_t>(batch) * (sink_pages + recent_pages);
-        const std::size_t ipages = static_cast<std::size_t>(batch) * std::max(int2_pages, 1);
-        Buffer k(bpages * hkv * ps * bf16_row), v(bpages * hkv * ps * bf16_row);
-        fill_bf16(k, bpages * hkv * ps * d, rng);
-        fill_bf16(v, bpages * hkv * ps * d, rng);
-        const std::size_t irows = ipages * hkv * ps;
-        Buffer kc(irows * d / 4), vc(irows * d / 4), ksz(irows * 4), vsz(irows * 4);
-        check(cudaMemset(kc.ptr, 0x1b, irows * d / 4), "memset");
-        check(cudaMemset(vc.ptr, 0xe4, irows * d / 4), "memset");
-        fill_bf16(ksz, irows * 2, rng);
-        fill_bf16(vsz, irows * 2, rng);
-        const int bstride = sink_pages + recent_pages, istride = std::max(int2_pages, 1);
-        std::vector<std::int32_t> btab(static_cast<std::size_t>(batch) * bstride),
-            itab(static_cast<std::size_t>(batch) * istride);
-        for (std::size_t i = 0; i < btab.size(); ++i) btab[i] = static_cast<std::int32_t>(i);
-        for (std::size_t i = 0; i < itab.size(); ++i) itab[i] = static_cast<std::int32_t>(i);
-        const int sink_len = std::min(context, o.sink);
-        const int recent_len = std::min(context - sink_len, o.recent);
-        std::vector<std::int32_t> s(batch, sink_len), in(batch, int2_tokens), r(batch, recent_len);
-        Buffer bt(btab.size() * 4), it(itab.size() * 4), sd(batch * 4), id(batch * 4),
-            rd(batch * 4);
-        upload(bt, btab);
-        upload(it, itab);
-        upload(sd, s);
-        upload(id, in);
-        upload(rd, r);
-        DecodeParams p = base_params(batch, hq, hkv, d, ps, q.as<bf16_bits>());
-        p.k_bf16 = k.as<bf16_bits>();
-        p.v_bf16 = v.as<bf16_bits>();
-        p.k_codes = kc.as<std::uint8_t>();
-        p.v_codes = vc.as<std::uint8_t>();
-        p.k_scale_zero = ksz.as<bf16_bits>();
-        p.v_scale_zero = vsz.as<bf16_bits>();
-        p.bf16_block_table = bt.as<std::int32_t>();
-        p.int2_block_table = it.as<std::int32_t>();
-        p.bf16_table_stride = bstride;
-        p.int2_table_stride = istride;
-        p.sink_len = sd.as<std::int32_t>();
-        p.int2_len = id.as<std::int32_t>();
-        p.recent_len = rd.as<std::int32_t>();
-        p.max_pages_per_sequence = sink_pages + int2_pages + recent_pages;
-        p.max_bf16_pages_per_sequence = sink_pages + recent_pages;
+        MixedCache cache(batch, context, o, rng);
+        const int sink_len = cache.sink_len, recent_len = cache.recent_len;
+        DecodeParams p = cache.params(q.as<bf16_bits>());
         p.out = out.as<bf16_bits>();
         DecodeParams simt = p;
         simt.path = DecodePath::kSimt;
@@ -338,7 +402,8 @@ int main(int argc, char** argv) {
   // demotion (64 pages, a decode step's worth at a large batch).
   double demote_gbs = 0.0;
   nlohmann::json demotions = nlohmann::json::array();
-  auto bench_demotion = [&](int pages, float k_clip, float v_clip, DemoteKernel kernel) {
+  auto bench_demotion = [&](int pages, float k_clip, float v_clip, DemoteKernel kernel,
+                            bool print_line = true) {
     const std::size_t rows = static_cast<std::size_t>(pages) * hkv * ps;
     Buffer k(rows * d * 2), v(rows * d * 2), kc(rows * d / 4), vc(rows * d / 4), ksz(rows * 4),
         vsz(rows * 4), kclip(hkv * 4), vclip(hkv * 4), pairs(pages * 8);
@@ -349,11 +414,7 @@ int main(int argc, char** argv) {
     upload(kclip, std::vector<float>(hkv, k_clip));
     upload(vclip, std::vector<float>(hkv, v_clip));
     upload(pairs, pp);
-    DemotePagesParams p;
-    p.num_pages = pages;
-    p.num_kv_heads = hkv;
-    p.head_dim = d;
-    p.page_size = ps;
+    DemotePagesParams p = demote_shape(pages, hkv, d, ps);
     p.page_pairs = pairs.as<std::int32_t>();
     p.k_bf16 = k.as<bf16_bits>();
     p.v_bf16 = v.as<bf16_bits>();
@@ -370,12 +431,8 @@ int main(int argc, char** argv) {
     const double gbs = bytes / (us * 1e3);
     const char* name = kernel == DemoteKernel::kRowPerThread  ? "row-per-thread"
                        : kernel == DemoteKernel::kWarpBatched ? "warp-batched"
+                       : kernel == DemoteKernel::kWarpPerRow  ? "warp-per-row"
                                                               : "auto";
-    fmt::print(
-        "demotion (quantize-and-pack, {}) of {} pages x {} heads, clip K {:.2f} V {:.2f}: "
-        "{:.1f} us, {:.0f} GB/s ({:.0f}% of copy), {:.1f} M rows/s\n",
-        name, pages, hkv, k_clip, v_clip, us, gbs, 100.0 * gbs / copy_gbs,
-        2.0 * static_cast<double>(rows) / us);
     demotions.push_back({{"kernel", name},
                          {"pages", pages},
                          {"k_clip", k_clip},
@@ -383,13 +440,43 @@ int main(int argc, char** argv) {
                          {"us", us},
                          {"gbs", gbs},
                          {"fraction_of_copy", gbs / copy_gbs}});
-    return gbs;
+    if (!print_line) return us;
+    fmt::print(
+        "demotion (quantize-and-pack, {}) of {} pages x {} heads, clip K {:.2f} V {:.2f}: "
+        "{:.1f} us, {:.0f} GB/s ({:.0f}% of copy), {:.1f} M rows/s\n",
+        name, pages, hkv, k_clip, v_clip, us, gbs, 100.0 * gbs / copy_gbs,
+        2.0 * static_cast<double>(rows) / us);
+    return us;
   };
   fmt::print("\n");
-  demote_gbs = bench_demotion(16384, 0.96f, 0.96f, DemoteKernel::kAuto);
+  {
+    const int pages = 16384;
+    const double rows = 2.0 * pages * hkv * ps;
+    demote_gbs = rows * (d * 2 + d / 4 + 4) /
+                 (bench_demotion(pages, 0.96f, 0.96f, DemoteKernel::kAuto) * 1e3);
+  }
   for (const DemoteKernel kernel : {DemoteKernel::kWarpBatched, DemoteKernel::kRowPerThread}) {
     for (const float v_clip : {0.96f, 0.92f}) bench_demotion(16384, 0.96f, v_clip, kernel);
-    bench_demotion(64, 0.96f, 0.92f, kernel);
+  }
+  // Small demotions, a decode step's (a page or a few per sequence): latency by kernel.
+  {
+    const std::vector<DemoteKernel> kernels = {DemoteKernel::kAuto, DemoteKernel::kWarpPerRow,
+                                               DemoteKernel::kWarpBatched,
+                                               DemoteKernel::kRowPerThread};
+    fmt::print(
+        "demotion latency by pages (us; clip K 0.96 V 0.92)\n{:>6} {:>8} {:>13} {:>13} "
+        "{:>15}\n",
+        "pages", "auto", "warp-per-row", "warp-batched", "row-per-thread");
+    for (const int pages : {1, 2, 4, 8, 16, 32, 64, 256}) {
+      fmt::print("{:>6}", pages);
+      for (const DemoteKernel kernel : kernels) {
+        fmt::print(" {:>{}.1f}", bench_demotion(pages, 0.96f, 0.92f, kernel, false),
+                   kernel == DemoteKernel::kAuto           ? 8
+                   : kernel == DemoteKernel::kRowPerThread ? 15
+                                                           : 13);
+      }
+      fmt::print("\n");
+    }
   }
 
   // Store (rotate + clip + quantize + pack) of a prefill chunk: new K/V rows of every KV head
@@ -419,11 +506,7 @@ int main(int argc, char** argv) {
     upload(slots, slot);
     upload(kmean, std::vector<float>(static_cast<std::size_t>(hkv) * d, 0.0f));
     upload(ksmooth, std::vector<float>(static_cast<std::size_t>(hkv) * d, 1.0f));
-    StoreKvParams p;
-    p.num_tokens = tokens;
-    p.num_kv_heads = hkv;
-    p.head_dim = d;
-    p.page_size = ps;
+    StoreKvParams p = store_shape(tokens, hkv, d, ps);
     p.k = k.as<bf16_bits>();
     p.v = v.as<bf16_bits>();
     p.k_rotation = p.v_rotation = rot.as<float>();  // the values do not change the work
@@ -622,6 +705,142 @@ int main(int argc, char** argv) {
     }
   }
 
+  // A decode step over a model's layers as an engine runs it. Per layer: the batch's new token
+  // rotated into its recent window (both sides, the rotation prepared), a demotion list of one
+  // pair a sequence (all padding but one: a sequence demotes a page every page_size steps), the
+  // decode. Timed on the host clock over many steps, launched call by call and as one CUDA graph,
+  // so that launch costs show. Every layer works on the same cache (L2 is not flushed here).
+  nlohmann::json decode_steps = nlohmann::json::array();
+  if (o.step_steps > 0) {
+    fmt::print(
+        "\ndecode step of {} layers (store a token a sequence, demote, decode), context {}; host "
+        "clock over {} steps, then each call alone on the GPU (us a layer):\n{:>6}  {:>14} {:>14} "
+        "{:>7}  {:>8} {:>8} {:>8}\n",
+        o.layers, o.step_context, o.step_steps, "batch", "calls us/step", "graph us/step", "ratio",
+        "store", "demote", "decode");
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    for (const int batch : o.batches) {
+      MixedCache cache(batch, o.step_context, o, rng);
+      const std::size_t rows = static_cast<std::size_t>(batch) * hkv;
+      Buffer q(static_cast<std::size_t>(batch) * hq * d * 2),
+          out(static_cast<std::size_t>(batch) * hq * d * 2), new_k(rows * d * 2),
+          new_v(rows * d * 2), rotation(static_cast<std::size_t>(hkv) * d * d * 4), clip(hkv * 4),
+          slots(static_cast<std::size_t>(batch) * 8), pairs(static_cast<std::size_t>(batch) * 8),
+          prepared(store_kv_prepared_bytes(hkv, d));
+      fill_bf16(q, static_cast<std::size_t>(batch) * hq * d, rng);
+      fill_bf16(new_k, rows * d, rng);
+      fill_bf16(new_v, rows * d, rng);
+      std::vector<float> identity(static_cast<std::size_t>(hkv) * d * d, 0.0f);
+      for (int h = 0; h < hkv; ++h)
+        for (int i = 0; i < d; ++i) identity[(static_cast<std::size_t>(h) * d + i) * d + i] = 1.0f;
+      upload(rotation, identity);
+      upload(clip, std::vector<float>(hkv, 0.96f));
+      // Sequence b's token goes to the first row of its window's last page; sequence 0 demotes
+      // its window's first page into INT2 page 0, the others pass padding.
+      std::vector<std::int64_t> slot(batch);
+      std::vector<std::int32_t> pair(2 * static_cast<std::size_t>(batch), -1);
+      for (int b = 0; b < batch; ++b) {
+        slot[b] = (std::int64_t{b} * cache.bf16_stride() + cache.bf16_stride() - 1) * ps;
+      }
+      pair[0] = cache.sink_pages;
+      pair[1] = 0;
+      upload(slots, slot);
+      upload(pairs, pair);
+
+      StoreKvParams store = store_shape(batch, hkv, d, ps);
+      store.k = new_k.as<bf16_bits>();
+      store.v = new_v.as<bf16_bits>();
+      store.k_rotation = store.v_rotation = rotation.as<float>();
+      store.k_clip = store.v_clip = clip.as<float>();
+      store.bf16_slot = slots.as<std::int64_t>();
+      store.k_bf16 = cache.k->as<bf16_bits>();
+      store.v_bf16 = cache.v->as<bf16_bits>();
+      store.stream = stream;
+      if (prepare_store_kv(store, prepared.ptr) != Status::kOk) die("prepare_store_kv");
+      store.prepared = prepared.ptr;
+      DemotePagesParams demote = demote_shape(batch, hkv, d, ps);
+      demote.page_pairs = pairs.as<std::int32_t>();
+      demote.k_bf16 = cache.k->as<bf16_bits>();
+      demote.v_bf16 = cache.v->as<bf16_bits>();
+      demote.k_clip = demote.v_clip = clip.as<float>();
+      demote.k_codes = cache.codes_k->as<std::uint8_t>();
+      demote.v_codes = cache.codes_v->as<std::uint8_t>();
+      demote.k_scale_zero = cache.scale_zero_k->as<bf16_bits>();
+      demote.v_scale_zero = cache.scale_zero_v->as<bf16_bits>();
+      demote.stream = stream;
+      DecodeParams decode = cache.params(q.as<bf16_bits>());
+      decode.out = out.as<bf16_bits>();
+      decode.stream = stream;
+      Buffer workspace(decode_workspace_bytes(decode));
+      decode.workspace = workspace.ptr;
+      decode.workspace_bytes = decode_workspace_bytes(decode);
+      const auto step = [&] {
+        for (int layer = 0; layer < o.layers; ++layer) {
+          if (store_kv(store) != Status::kOk) die("store_kv");
+          if (demote_pages(demote) != Status::kOk) die("demote_pages");
+          if (decode_attention(decode) != Status::kOk) die("decode_attention");
+        }
+      };
+      const auto host_us_per_step = [&](auto&& run) {
+        run();  // warm-up
+        check(cudaStreamSynchronize(stream), "warm-up");
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < o.step_steps; ++i) run();
+        check(cudaStreamSynchronize(stream), "steps");
+        const std::chrono::duration<double, std::micro> elapsed =
+            std::chrono::steady_clock::now() - start;
+        return elapsed.count() / o.step_steps;
+      };
+      const double calls_us = host_us_per_step(step);
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+      step();
+      check(cudaStreamEndCapture(stream, &graph), "end capture");
+      check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+      const double graph_us =
+          host_us_per_step([&] { check(cudaGraphLaunch(exec, stream), "graph launch"); });
+      check(cudaGraphExecDestroy(exec), "graph");
+      check(cudaGraphDestroy(graph), "graph");
+      // Where a layer's share goes: each call alone over the layers, events on the stream
+      // (median of o.iters runs), per layer.
+      const auto gpu_us_per_layer = [&](auto&& call) {
+        cudaEvent_t start, stop;
+        check(cudaEventCreate(&start), "event");
+        check(cudaEventCreate(&stop), "event");
+        std::vector<float> ms;
+        for (int i = 0; i < o.iters; ++i) {
+          check(cudaEventRecord(start, stream), "event");
+          for (int layer = 0; layer < o.layers; ++layer) call();
+          check(cudaEventRecord(stop, stream), "event");
+          check(cudaEventSynchronize(stop), "event");
+          float t = 0.0f;
+          check(cudaEventElapsedTime(&t, start, stop), "event");
+          ms.push_back(t);
+        }
+        check(cudaEventDestroy(start), "event");
+        check(cudaEventDestroy(stop), "event");
+        std::sort(ms.begin(), ms.end());
+        return 1000.0 * ms[ms.size() / 2] / o.layers;
+      };
+      const double store_us = gpu_us_per_layer([&] { store_kv(store); });
+      const double demote_us = gpu_us_per_layer([&] { demote_pages(demote); });
+      const double decode_us = gpu_us_per_layer([&] { decode_attention(decode); });
+      fmt::print("{:>6}  {:>14.1f} {:>14.1f} {:>6.2f}x  {:>8.1f} {:>8.1f} {:>8.1f}\n", batch,
+                 calls_us, graph_us, calls_us / graph_us, store_us, demote_us, decode_us);
+      decode_steps.push_back({{"batch", batch},
+                              {"context", o.step_context},
+                              {"layers", o.layers},
+                              {"calls_us", calls_us},
+                              {"graph_us", graph_us},
+                              {"layer_store_us", store_us},
+                              {"layer_demote_us", demote_us},
+                              {"layer_decode_us", decode_us}});
+    }
+    check(cudaStreamDestroy(stream), "stream");
+  }
+
   // Memory: KV bytes per token per layer and the largest batch at 128K in the budget.
   const double bf16_tok = 2.0 * hkv * d * 2.0;
   const double int2_tok = 2.0 * hkv * (d / 4.0 + 4.0);
@@ -658,6 +877,7 @@ int main(int argc, char** argv) {
                      {"store_bf16_gbs", store_bf16_gbs},
                      {"store", stores},
                      {"store_by_tokens", store_sweep},
+                     {"decode_step", decode_steps},
                      {"kv_bytes_per_token_layer", {{"bf16", bf16_tok}, {"int2", int2_tok}}},
                      {"per_layer_bytes_128k", {{"bf16", bf16_tok * ctx}, {"int2", int2_seq}}},
                      {"budget_gib", o.budget_gib},

@@ -3838,7 +3838,7 @@ Status demote_pages(const DemotePagesParams& p) {
       p.v_bf16 == nullptr || p.k_codes == nullptr || p.v_codes == nullptr ||
       p.k_scale_zero == nullptr || p.v_scale_zero == nullptr || p.k_clip == nullptr ||
       p.v_clip == nullptr || static_cast<int>(p.kernel) < 0 ||
-      static_cast<int>(p.kernel) > static_cast<int>(DemoteKernel::kRowPerThread)) {
+      static_cast<int>(p.kernel) > static_cast<int>(DemoteKernel::kWarpPerRow)) {
     set_last_error("demote_pages: bad shape or missing buffer (head_dim %d, page_size %d)",
                    p.head_dim, p.page_size);
     return Status::kInvalidArgument;
@@ -3848,9 +3848,14 @@ Status demote_pages(const DemotePagesParams& p) {
                                is_aligned(p.k_scale_zero, 4) && is_aligned(p.v_scale_zero, 4);
   DemotePagesParams resolved = p;
   if (p.kernel == DemoteKernel::kAuto) {
-    // Row per thread is about twice as fast for large demotions and no slower for small ones
-    // (results page); the batched kernel serves pools it cannot read as 16-byte vectors.
-    resolved.kernel = rowwise_aligned ? DemoteKernel::kRowPerThread : DemoteKernel::kWarpBatched;
+    // A warp per row for a decode step's few pages (a row by one thread is a long serial chain);
+    // beyond, row per thread is about twice as fast (results page); the batched kernel serves
+    // pools it cannot read as 16-byte vectors.
+    const std::int64_t rows =
+        std::int64_t{2} * p.num_pages * p.num_kv_heads * static_cast<std::int64_t>(p.page_size);
+    resolved.kernel = rows <= kDemoteWarpPerRowMaxRows ? DemoteKernel::kWarpPerRow
+                      : rowwise_aligned                ? DemoteKernel::kRowPerThread
+                                                       : DemoteKernel::kWarpBatched;
   }
   if (p.kernel == DemoteKernel::kRowPerThread) {
     if (!rowwise_aligned) {

@@ -311,6 +311,21 @@ __device__ __forceinline__ DemoteTask demote_task(const DemotePagesParams& p, in
           (task & ((1 << tasks_per_segment_log2) - 1)) * chunk, (segment & 1) == 0};
 }
 
+// Whether page pair `pair` is padding (a negative source or destination page): skipped, so that a
+// demotion captured in a CUDA graph can take a fixed-length list with unused entries.
+__device__ __forceinline__ bool padding_pair(const DemotePagesParams& p, int pair) {
+  return p.page_pairs[2 * pair] < 0 || p.page_pairs[2 * pair + 1] < 0;
+}
+
+// The first task from `task` on (in steps of `warps`) whose page pair is not padding, or one at
+// or past `tasks`.
+__device__ __forceinline__ int live_task(const DemotePagesParams& p, int task, int warps, int tasks,
+                                         int tasks_per_segment_log2) {
+  while (task < tasks && padding_pair(p, ((task >> tasks_per_segment_log2) >> 1) / p.num_kv_heads))
+    task += warps;
+  return task;
+}
+
 // Lane l's element l of the task's first source row.
 template <int D>
 __device__ __forceinline__ const bf16_bits* task_source(const DemotePagesParams& p,
@@ -381,8 +396,9 @@ __global__ void __launch_bounds__(int2q::kDemoteWarps * 32, int2q::demote_min_bl
     ++tasks_per_segment_log2;
   }
   const int tasks = segments << tasks_per_segment_log2;
-  int task =
-      static_cast<int>(blockIdx.x) * int2q::kDemoteWarps + static_cast<int>(threadIdx.x >> 5);
+  int task = int2q::live_task(
+      p, static_cast<int>(blockIdx.x) * int2q::kDemoteWarps + static_cast<int>(threadIdx.x >> 5),
+      warps, tasks, tasks_per_segment_log2);
   if (task >= tasks) return;
 
   // Per task: the source row to prefetch, the destination and k; a new task's destination and k
@@ -406,7 +422,7 @@ __global__ void __launch_bounds__(int2q::kDemoteWarps * 32, int2q::demote_min_bl
     if (same_task) {
       int2q::load_row<D>(lane_src + (row + 1) * D, next);
     } else {
-      task += warps;
+      task = int2q::live_task(p, task + warps, warps, tasks, tasks_per_segment_log2);
       more = task < tasks;
       if (more) {
         current = int2q::demote_task(p, task, tasks_per_segment_log2, chunk);
@@ -567,6 +583,7 @@ __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D
   for (int task = static_cast<int>(blockIdx.x) * kDemoteWarps + static_cast<int>(threadIdx.x >> 5);
        task < tasks; task += warps) {
     const DemoteTask current = demote_task(p, task, tasks_per_segment_log2, chunk);
+    if (padding_pair(p, current.pair)) continue;
     const bf16_bits* task_src = task_source<D>(p, current) - lane;  // row 0, element 0
     std::uint8_t* task_codes;
     bf16_bits* task_scale_zero;
@@ -863,16 +880,16 @@ __global__ void __launch_bounds__(kRowwiseWarps * 32, kRowwiseMinBlocks<D>)
 
   const int half = lane & 1;  // pairs: which half of the row's words
   const int row = first + (kRows == 16 ? lane >> 1 : lane);
-  const bool active = row < rows_per_group;
+  bool active = row < rows_per_group;
   std::int64_t src_row = 0, dst_row = 0;
   if (active) {
     const int page = row >> page_size_log2, offset = row & ((1 << page_size_log2) - 1);
-    src_row = ((static_cast<std::int64_t>(p.page_pairs[2 * page]) * p.num_kv_heads + head)
-               << page_size_log2) +
-              offset;
-    dst_row = ((static_cast<std::int64_t>(p.page_pairs[2 * page + 1]) * p.num_kv_heads + head)
-               << page_size_log2) +
-              offset;
+    const int src_page = p.page_pairs[2 * page], dst_page = p.page_pairs[2 * page + 1];
+    active = src_page >= 0 && dst_page >= 0;  // a padding pair: skipped
+    src_row =
+        ((static_cast<std::int64_t>(src_page) * p.num_kv_heads + head) << page_size_log2) + offset;
+    dst_row =
+        ((static_cast<std::int64_t>(dst_page) * p.num_kv_heads + head) << page_size_log2) + offset;
   }
   const bool thread_path = k >= 0 && int2r::top_length<D>(D - 1 - k) > 0;  // warp-uniform
   bool stored = false;
@@ -925,9 +942,11 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
   const std::int64_t pages_per_launch =
       std::max<std::int64_t>(1, ((std::int64_t{1} << 30) - 1) / rows_per_page);
   constexpr unsigned kThreads = int2q::kDemoteWarps * 32;
-  // The batched kernel reads bf16 pairs as 32-bit words and writes code bytes in pairs.
-  const bool batched = is_aligned(p.k_bf16, 4) && is_aligned(p.v_bf16, 4) &&
-                       is_aligned(p.k_codes, 2) && is_aligned(p.v_codes, 2);
+  // The batched kernel reads bf16 pairs as 32-bit words and writes code bytes in pairs; where it
+  // cannot, and for kWarpPerRow, a warp per row.
+  const bool batched = p.kernel != DemoteKernel::kWarpPerRow && is_aligned(p.k_bf16, 4) &&
+                       is_aligned(p.v_bf16, 4) && is_aligned(p.k_codes, 2) &&
+                       is_aligned(p.v_codes, 2);
   // The row-per-thread kernel reads and writes rows as 16-byte vectors (demote_pages checks).
   const bool rowwise = p.kernel == DemoteKernel::kRowPerThread;
   for (std::int64_t first = 0; first < p.num_pages; first += pages_per_launch) {

@@ -119,14 +119,22 @@ std::size_t store_kv_prepared_bytes(int num_kv_heads, int head_dim);
 Status prepare_store_kv(const StoreKvParams& params, void* prepared);
 
 // Demotion: quantizes whole BF16 pages (already rotated rows) into INT2 pages, for every KV head;
-// page_pairs[2 i] is the source BF16 page, page_pairs[2 i + 1] the destination INT2 page.
+// page_pairs[2 i] is the source BF16 page, page_pairs[2 i + 1] the destination INT2 page. A pair
+// with a negative page is padding and skipped: a decode step captured in a CUDA graph passes a
+// fixed-length list (e.g. one entry per sequence) and fills the unused entries with -1.
 //
-// Both kernels give the same bits (those of the C++ reference). kWarpBatched: a warp quantizes 8
+// Every kernel gives the same bits (those of the C++ reference). kWarpBatched: a warp quantizes 8
 // rows together (4 at d = 256), threshold selection across the warp; any pool alignment.
 // kRowPerThread: one thread per row, no cross-lane work per row, for large demotions; needs
-// 16-byte aligned pools. kAuto: kRowPerThread when the pools allow it (2.0x faster on an H100:
-// 2349 against 1206 GB/s for 16384 pages; 12.0 against 12.6 us for 64), else kWarpBatched.
-enum class DemoteKernel { kAuto, kWarpBatched, kRowPerThread };
+// 16-byte aligned pools. kWarpPerRow: a warp per row (a short chain per row: the lowest latency
+// for a decode step's few pages); any pool alignment. kAuto: kWarpPerRow for demotions of at most
+// kDemoteWarpPerRowMaxRows rows (2 * num_pages * num_kv_heads * page_size, padding pairs
+// included: one wave of warps; on an H200 1 to 16 pages of 8 heads x 16 tokens took 5.2-6.2 us
+// against 6.6-6.9 by row per thread at d 128, 5.9-8.1 against 9.7-9.9 at d 256, and 32 pages
+// took longer), else kRowPerThread when the pools allow it (2.0x faster on an H100: 2349 against
+// 1206 GB/s for 16384 pages), else kWarpBatched.
+enum class DemoteKernel { kAuto, kWarpBatched, kRowPerThread, kWarpPerRow };
+constexpr std::int64_t kDemoteWarpPerRowMaxRows = 4096;
 
 struct DemotePagesParams {
   int num_pages = 0;
