@@ -27,6 +27,12 @@
 // boundary (its first page is bf16_block_table[b][ceil(sink_len[b] / page_size)]).
 // Pools and queries are addressed with vector loads: every pool pointer and the query pointer
 // must be 16-byte aligned (cudaMalloc gives 256).
+//
+// CUDA graphs: store_kv, demote_pages and decode_attention neither synchronize nor allocate, and
+// capture as they are (any capture mode). A replay reads every device array anew (rows, slots,
+// page pairs, block tables, lengths, queries); the host-side fields are fixed at capture, so
+// capture with upper bounds (num_tokens, num_pages, batch, max_pages_per_sequence) and pad: a
+// slot of -1, a page pair with a negative page, a sequence of length 0 each do nothing.
 namespace oscar::kernels {
 
 // bf16 values travel as their 16-bit patterns so this header needs no CUDA fp16 headers.
