@@ -1010,13 +1010,14 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
     DeviceBuffer<std::uint8_t> codes[2], workspace;
   };
   auto make_cache = [&](std::size_t out_elements, std::size_t workspace_bytes) {
-    return new Cache{{DeviceBuffer<std::uint16_t>(bf16_k), DeviceBuffer<std::uint16_t>(bf16_v)},
-                     {DeviceBuffer<std::uint16_t>(int2_rows.scale_zero_k),
-                      DeviceBuffer<std::uint16_t>(int2_rows.scale_zero_v)},
-                     DeviceBuffer<std::uint16_t>(out_elements),
-                     {DeviceBuffer<std::uint8_t>(int2_rows.codes_k),
-                      DeviceBuffer<std::uint8_t>(int2_rows.codes_v)},
-                     DeviceBuffer<std::uint8_t>(workspace_bytes)};
+    return std::unique_ptr<Cache>(
+        new Cache{{DeviceBuffer<std::uint16_t>(bf16_k), DeviceBuffer<std::uint16_t>(bf16_v)},
+                  {DeviceBuffer<std::uint16_t>(int2_rows.scale_zero_k),
+                   DeviceBuffer<std::uint16_t>(int2_rows.scale_zero_v)},
+                  DeviceBuffer<std::uint16_t>(out_elements),
+                  {DeviceBuffer<std::uint8_t>(int2_rows.codes_k),
+                   DeviceBuffer<std::uint8_t>(int2_rows.codes_v)},
+                  DeviceBuffer<std::uint8_t>(workspace_bytes)});
   };
 
   // The rotation (keys centred and smoothed), prepared once, as an engine does at load time.
@@ -1077,8 +1078,8 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
   decode.stream = stream;
 
   const std::size_t out_elements = static_cast<std::size_t>(batch) * hq * d;
-  std::unique_ptr<Cache> captured(make_cache(out_elements, decode_workspace_bytes(decode)));
-  std::unique_ptr<Cache> eager(make_cache(out_elements, decode_workspace_bytes(decode)));
+  const std::unique_ptr<Cache> captured = make_cache(out_elements, decode_workspace_bytes(decode));
+  const std::unique_ptr<Cache> eager = make_cache(out_elements, decode_workspace_bytes(decode));
   // Wires the three calls to one cache.
   auto wire = [&](const Cache& cache, StoreKvParams& s, DemotePagesParams& m, DecodeParams& a) {
     s = store;

@@ -110,8 +110,9 @@ class ProfileRange {
 // (L2 is left with clean lines, as after the weight-reading GEMMs that precede attention);
 // --flush write memsets instead, and the timed run then also pays for writing ~50 MB of dirty
 // lines back. scripts/gpu/bench_sdpa.py times torch the same way.
+// `stream`: where fn launches (the events go there too); flush_l2 false keeps L2 as fn left it.
 template <typename Fn>
-double time_us(Fn&& fn, int iters) {
+double time_us(Fn&& fn, int iters, cudaStream_t stream = nullptr, bool flush_l2 = true) {
   static Buffer flush(std::size_t(256) << 20);
   for (int i = 0; i < 3; ++i) fn();
   check(cudaDeviceSynchronize(), "warm-up");
@@ -120,12 +121,13 @@ double time_us(Fn&& fn, int iters) {
   cudaEventCreate(&stop);
   std::vector<float> ms;
   for (int i = 0; i < iters; ++i) {
-    if (evict_l2(flush.ptr, std::size_t(256) << 20, g_evict_mode, nullptr) != Status::kOk) {
+    if (flush_l2 &&
+        evict_l2(flush.ptr, std::size_t(256) << 20, g_evict_mode, stream) != Status::kOk) {
       check(cudaGetLastError(), "L2 flush");
     }
-    cudaEventRecord(start);
+    cudaEventRecord(start, stream);
     fn();
-    cudaEventRecord(stop);
+    cudaEventRecord(stop, stream);
     cudaEventSynchronize(stop);
     float t = 0.0f;
     cudaEventElapsedTime(&t, start, stop);
@@ -803,26 +805,13 @@ int main(int argc, char** argv) {
           host_us_per_step([&] { check(cudaGraphLaunch(exec, stream), "graph launch"); });
       check(cudaGraphExecDestroy(exec), "graph");
       check(cudaGraphDestroy(graph), "graph");
-      // Where a layer's share goes: each call alone over the layers, events on the stream
-      // (median of o.iters runs), per layer.
+      // Where a layer's share goes: each call alone over the layers (median of o.iters runs, L2
+      // as the calls leave it), per layer.
       const auto gpu_us_per_layer = [&](auto&& call) {
-        cudaEvent_t start, stop;
-        check(cudaEventCreate(&start), "event");
-        check(cudaEventCreate(&stop), "event");
-        std::vector<float> ms;
-        for (int i = 0; i < o.iters; ++i) {
-          check(cudaEventRecord(start, stream), "event");
+        const auto layers = [&] {
           for (int layer = 0; layer < o.layers; ++layer) call();
-          check(cudaEventRecord(stop, stream), "event");
-          check(cudaEventSynchronize(stop), "event");
-          float t = 0.0f;
-          check(cudaEventElapsedTime(&t, start, stop), "event");
-          ms.push_back(t);
-        }
-        check(cudaEventDestroy(start), "event");
-        check(cudaEventDestroy(stop), "event");
-        std::sort(ms.begin(), ms.end());
-        return 1000.0 * ms[ms.size() / 2] / o.layers;
+        };
+        return time_us(layers, o.iters, stream, false) / o.layers;
       };
       const double store_us = gpu_us_per_layer([&] { store_kv(store); });
       const double demote_us = gpu_us_per_layer([&] { demote_pages(demote); });
