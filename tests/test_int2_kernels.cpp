@@ -985,10 +985,17 @@ TEST(Int2Decode, RejectsUnusableBuffers) {
 // strictest mode (no call that is unsafe while a stream captures, in any thread) and comes before
 // any of this case's calls run, so that first-call device queries happen inside it (run this test
 // alone to have them all there).
+//
+// With programmatic dependent launch (enable_pdl on all three calls; on Hopper each call's first
+// kernel then starts while the one before finishes), the graph and the same calls one by one must
+// still match ordinary launches bit for bit. Each step makes the calls depend on each other: one
+// demoted page is the page a token was just stored to, and a sequence's tables list that page and
+// the page it was demoted into.
 struct GraphCase {
   int d, page_size;
   DecodePath path;
   bool values_arrive;  // values arrive rotated (v_rotation null)
+  bool pdl;            // enable_pdl on every call of the graph (and of a second run one by one)
 };
 
 class Int2Graph : public ::testing::TestWithParam<GraphCase> {};
@@ -1080,6 +1087,9 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
   const std::size_t out_elements = static_cast<std::size_t>(batch) * hq * d;
   const std::unique_ptr<Cache> captured = make_cache(out_elements, decode_workspace_bytes(decode));
   const std::unique_ptr<Cache> eager = make_cache(out_elements, decode_workspace_bytes(decode));
+  // Calls one by one as programmatic dependents (PDL cases only).
+  const std::unique_ptr<Cache> eager_pdl =
+      c.pdl ? make_cache(out_elements, decode_workspace_bytes(decode)) : nullptr;
   // Wires the three calls to one cache.
   auto wire = [&](const Cache& cache, StoreKvParams& s, DemotePagesParams& m, DecodeParams& a) {
     s = store;
@@ -1103,11 +1113,16 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
     a.workspace = cache.workspace.ptr;
     a.workspace_bytes = cache.workspace.count;
   };
-  StoreKvParams graph_store, eager_store;
-  DemotePagesParams graph_demote, eager_demote;
-  DecodeParams graph_decode, eager_decode;
+  StoreKvParams graph_store, eager_store, pdl_store;
+  DemotePagesParams graph_demote, eager_demote, pdl_demote;
+  DecodeParams graph_decode, eager_decode, pdl_decode;
   wire(*captured, graph_store, graph_demote, graph_decode);
   wire(*eager, eager_store, eager_demote, eager_decode);
+  graph_store.enable_pdl = graph_demote.enable_pdl = graph_decode.enable_pdl = c.pdl;
+  if (c.pdl) {
+    wire(*eager_pdl, pdl_store, pdl_demote, pdl_decode);
+    pdl_store.enable_pdl = pdl_demote.enable_pdl = pdl_decode.enable_pdl = true;
+  }
 
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -1151,11 +1166,22 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
     // Demotions: two real pairs and two of padding, their places moving with the step.
     std::shuffle(pages.begin(), pages.end(), rng);
     std::vector<std::int32_t> pairs(2 * batch);
+    int real_pair = -1;  // the first pair that is not padding
     for (int b = 0; b < batch; ++b) {
       const bool padding = (b + step) % batch >= 2;
       pairs[2 * b] = padding && b % 2 == 0 ? -1 : pages[b];
       pairs[2 * b + 1] = padding && b % 2 == 1 ? -1 : pages[pool_pages - 1 - b];
+      if (!padding && real_pair < 0) real_pair = b;
     }
+    // That pair demotes the page sequence 0's token was just stored to, into a page no other
+    // pair writes.
+    const auto stored_page = static_cast<std::int32_t>(bslot[0] / ps);
+    ASSERT_GE(real_pair, 0);
+    for (int b = 0; b < batch; ++b) {
+      if (pairs[2 * b] == stored_page) pairs[2 * b] = pages[real_pair];
+    }
+    pairs[2 * real_pair] = stored_page;
+    const std::int32_t demoted_into = pairs[2 * real_pair + 1];
     upload(page_pairs, pairs);
     // Each sequence's pages and lengths; sequence 3 has none.
     std::vector<std::int32_t> btab(batch * table), itab(batch * table), sink(batch), int2(batch),
@@ -1170,6 +1196,12 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
       recent[b] = static_cast<int>(rng() % ((table - sink_pages) * ps + 1));
       int2[b] = static_cast<int>(rng() % (table * ps + 1));
     }
+    // Sequence 0 reads the page just stored to (its last BF16 page, a full window) and the page
+    // just demoted into (its first INT2 page).
+    recent[0] = (table - (sink[0] + ps - 1) / ps) * ps;
+    int2[0] = std::max(int2[0], 1);
+    btab[table - 1] = stored_page;
+    itab[0] = demoted_into;
     upload(bf16_table, btab);
     upload(int2_table, itab);
     upload(sink_len, sink);
@@ -1179,20 +1211,30 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
     ASSERT_EQ(store_kv(eager_store), Status::kOk) << last_error_message();
     ASSERT_EQ(demote_pages(eager_demote), Status::kOk) << last_error_message();
     ASSERT_EQ(decode_attention(eager_decode), Status::kOk) << last_error_message();
+    if (c.pdl) {
+      ASSERT_EQ(store_kv(pdl_store), Status::kOk) << last_error_message();
+      ASSERT_EQ(demote_pages(pdl_demote), Status::kOk) << last_error_message();
+      ASSERT_EQ(decode_attention(pdl_decode), Status::kOk) << last_error_message();
+    }
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    for (int side = 0; side < 2; ++side) {
-      const char* name = side == 0 ? "K" : "V";
-      ASSERT_EQ(captured->bf16[side].download(), eager->bf16[side].download()) << name;
-      ASSERT_EQ(captured->codes[side].download(), eager->codes[side].download()) << name;
-      ASSERT_EQ(captured->scale_zero[side].download(), eager->scale_zero[side].download()) << name;
-    }
     const auto out = captured->out.download();
-    ASSERT_EQ(out, eager->out.download()) << "attention output";
+    for (const Cache* run : {captured.get(), eager_pdl.get()}) {
+      if (run == nullptr) continue;
+      SCOPED_TRACE(run == captured.get() ? "graph" : "calls one by one, programmatic");
+      for (int side = 0; side < 2; ++side) {
+        const char* name = side == 0 ? "K" : "V";
+        ASSERT_EQ(run->bf16[side].download(), eager->bf16[side].download()) << name;
+        ASSERT_EQ(run->codes[side].download(), eager->codes[side].download()) << name;
+        ASSERT_EQ(run->scale_zero[side].download(), eager->scale_zero[side].download()) << name;
+      }
+      ASSERT_EQ(run->out.download(), eager->out.download()) << "attention output";
+    }
     // The padded sequence decodes to zeros.
     EXPECT_TRUE(std::all_of(out.end() - static_cast<std::ptrdiff_t>(hq) * d, out.end(),
                             [](std::uint16_t x) { return ref::from_bf16_bits(x) == 0.0f; }));
-    for (const Cache* cache : {captured.get(), eager.get()}) {
+    for (const Cache* cache : {captured.get(), eager.get(), eager_pdl.get()}) {
+      if (cache == nullptr) continue;
       const auto counters = cache->workspace.download();
       ASSERT_TRUE(std::all_of(counters.begin(), counters.begin() + decode_counter_bytes(decode),
                               [](std::uint8_t x) { return x == 0; }))
@@ -1205,16 +1247,22 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, Int2Graph,
-                         ::testing::Values(GraphCase{64, 16, DecodePath::kAuto, false},
-                                           GraphCase{128, 16, DecodePath::kAuto, false},
-                                           GraphCase{128, 8, DecodePath::kSimt, true},
-                                           GraphCase{256, 16, DecodePath::kAuto, true},
-                                           GraphCase{256, 8, DecodePath::kAuto, false}),
+                         ::testing::Values(GraphCase{64, 16, DecodePath::kAuto, false, false},
+                                           GraphCase{128, 16, DecodePath::kAuto, false, false},
+                                           GraphCase{128, 8, DecodePath::kSimt, true, false},
+                                           GraphCase{256, 16, DecodePath::kAuto, true, false},
+                                           GraphCase{256, 8, DecodePath::kAuto, false, false},
+                                           GraphCase{64, 8, DecodePath::kAuto, true, true},
+                                           GraphCase{128, 16, DecodePath::kAuto, false, true},
+                                           GraphCase{128, 16, DecodePath::kSimt, false, true},
+                                           GraphCase{256, 16, DecodePath::kAuto, true, true},
+                                           GraphCase{256, 8, DecodePath::kAuto, false, true}),
                          [](const ::testing::TestParamInfo<GraphCase>& info) {
                            return "d" + std::to_string(info.param.d) + "_page" +
                                   std::to_string(info.param.page_size) +
                                   (info.param.path == DecodePath::kSimt ? "_simt" : "_auto") +
-                                  (info.param.values_arrive ? "_values_arrive" : "");
+                                  (info.param.values_arrive ? "_values_arrive" : "") +
+                                  (info.param.pdl ? "_pdl" : "");
                          });
 
 TEST(Int2Kernels, RejectBadArguments) {

@@ -35,7 +35,9 @@ struct Options {
   int layers = 36;             // Qwen3-8B: for the whole-model memory figure and the decode step
   int step_context = 4096;     // context of the decode-step figure
   int step_steps = 200;        // timed steps of the decode-step figure (0: skip it)
-  double budget_gib = 40.0;    // fixed KV memory budget for the largest batch at 128K
+  // The calls of the decode step launched as programmatic dependents in its "+PDL" columns.
+  std::vector<std::string> step_pdl = {"store", "demote", "decode"};
+  double budget_gib = 40.0;  // fixed KV memory budget for the largest batch at 128K
   std::string json_path;
 };
 
@@ -278,6 +280,10 @@ int main(int argc, char** argv) {
                  "Timed steps of the decode-step figure, calls one by one and a CUDA graph (0: "
                  "skip it)")
       ->default_val(200);
+  app.add_option("--step-pdl", o.step_pdl,
+                 "Calls of the decode step launched with enable_pdl in its +PDL columns")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"store", "demote", "decode"}));
   app.add_option("--budget-gib", o.budget_gib, "KV memory budget for the largest-batch figure")
       ->default_val(40.0);
   app.add_option("--flush", o.flush,
@@ -711,15 +717,18 @@ int main(int argc, char** argv) {
   // rotated into its recent window (both sides, the rotation prepared), a demotion list of one
   // pair a sequence (all padding but one: a sequence demotes a page every page_size steps), the
   // decode. Timed on the host clock over many steps, launched call by call and as one CUDA graph,
-  // so that launch costs show. Every layer works on the same cache (L2 is not flushed here).
+  // each with ordinary launches and as programmatic dependents (enable_pdl: a kernel starts while
+  // the one before finishes), so that launch costs show. Every layer works on the same cache (L2
+  // is not flushed here).
   nlohmann::json decode_steps = nlohmann::json::array();
   if (o.step_steps > 0) {
     fmt::print(
-        "\ndecode step of {} layers (store a token a sequence, demote, decode), context {}; host "
-        "clock over {} steps, then each call alone on the GPU (us a layer):\n{:>6}  {:>14} {:>14} "
-        "{:>7}  {:>8} {:>8} {:>8}\n",
-        o.layers, o.step_context, o.step_steps, "batch", "calls us/step", "graph us/step", "ratio",
-        "store", "demote", "decode");
+        "\ndecode step of {} layers (store a token a sequence, demote, decode), context {}; us a "
+        "step on the host clock over {} steps (calls one by one, one CUDA graph; +PDL: "
+        "programmatic dependent launches), then each call alone on the GPU (us a layer):\n{:>6}  "
+        "{:>9} {:>9} {:>9} {:>9} {:>7}  {:>7} {:>7} {:>7}\n",
+        o.layers, o.step_context, o.step_steps, "batch", "calls", "calls+PDL", "graph", "graph+PDL",
+        "PDL", "store", "demote", "decode");
     cudaStream_t stream = nullptr;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     for (const int batch : o.batches) {
@@ -794,17 +803,33 @@ int main(int argc, char** argv) {
             std::chrono::steady_clock::now() - start;
         return elapsed.count() / o.step_steps;
       };
+      const auto graph_us_per_step = [&] {
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+        step();
+        check(cudaStreamEndCapture(stream, &graph), "end capture");
+        check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+        const double us =
+            host_us_per_step([&] { check(cudaGraphLaunch(exec, stream), "graph launch"); });
+        check(cudaGraphExecDestroy(exec), "graph");
+        check(cudaGraphDestroy(graph), "graph");
+        return us;
+      };
+      const auto set_pdl = [&](bool on) {
+        const auto chosen = [&](const char* call) {
+          return on && std::find(o.step_pdl.begin(), o.step_pdl.end(), call) != o.step_pdl.end();
+        };
+        store.enable_pdl = chosen("store");
+        demote.enable_pdl = chosen("demote");
+        decode.enable_pdl = chosen("decode");
+      };
       const double calls_us = host_us_per_step(step);
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
-      step();
-      check(cudaStreamEndCapture(stream, &graph), "end capture");
-      check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-      const double graph_us =
-          host_us_per_step([&] { check(cudaGraphLaunch(exec, stream), "graph launch"); });
-      check(cudaGraphExecDestroy(exec), "graph");
-      check(cudaGraphDestroy(graph), "graph");
+      const double graph_us = graph_us_per_step();
+      set_pdl(true);
+      const double calls_pdl_us = host_us_per_step(step);
+      const double graph_pdl_us = graph_us_per_step();
+      set_pdl(false);
       // Where a layer's share goes: each call alone over the layers (median of o.iters runs, L2
       // as the calls leave it), per layer.
       const auto gpu_us_per_layer = [&](auto&& call) {
@@ -816,13 +841,18 @@ int main(int argc, char** argv) {
       const double store_us = gpu_us_per_layer([&] { store_kv(store); });
       const double demote_us = gpu_us_per_layer([&] { demote_pages(demote); });
       const double decode_us = gpu_us_per_layer([&] { decode_attention(decode); });
-      fmt::print("{:>6}  {:>14.1f} {:>14.1f} {:>6.2f}x  {:>8.1f} {:>8.1f} {:>8.1f}\n", batch,
-                 calls_us, graph_us, calls_us / graph_us, store_us, demote_us, decode_us);
+      fmt::print(
+          "{:>6}  {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f}x  {:>7.1f} {:>7.1f} {:>7.1f}\n",
+          batch, calls_us, calls_pdl_us, graph_us, graph_pdl_us, graph_us / graph_pdl_us, store_us,
+          demote_us, decode_us);
       decode_steps.push_back({{"batch", batch},
                               {"context", o.step_context},
                               {"layers", o.layers},
                               {"calls_us", calls_us},
+                              {"calls_pdl_us", calls_pdl_us},
                               {"graph_us", graph_us},
+                              {"graph_pdl_us", graph_pdl_us},
+                              {"pdl_calls", o.step_pdl},
                               {"layer_store_us", store_us},
                               {"layer_demote_us", demote_us},
                               {"layer_decode_us", decode_us}});

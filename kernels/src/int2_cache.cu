@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "oscar/kernels/cuda_check.h"
 #include "oscar/kernels/int2_cache.h"
@@ -144,6 +145,73 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
+// Programmatic dependent launch (Hopper). Every kernel here calls wait_for_prerequisite_grids
+// before it reads or writes anything the work before it in the stream may touch (only the fixed
+// inputs, the prepared rotation and the clip ratios, come earlier), then allow_dependent_launch,
+// in that order: a grid launched as a programmatic dependent of it then starts only once every
+// block has passed its wait, so that grid may read what came before without waiting itself (the
+// kernels that run beside another of the same call rely on this), and each grid completes only
+// after the work it waited for. A kernel launched the ordinary way passes both at once.
+//
+// Lets a grid launched next as a programmatic dependent of this one start.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+// Waits until the grids this one was launched beside (programmatic dependent launch) have
+// completed and their writes are visible; a no-op for a grid launched the ordinary way.
+__device__ __forceinline__ void wait_for_prerequisite_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// The two in order, for kernels with nothing to do before the wait.
+__device__ __forceinline__ void wait_then_allow_dependents() {
+  wait_for_prerequisite_grids();
+  allow_dependent_launch();
+}
+
+int device_compute_major() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major;
+}
+
+// A launch of `grid` x `block` threads with `smem` bytes of dynamic shared memory on `stream`, as
+// a programmatic dependent of the grid launched before it (it may start beside that grid) where
+// `dependent` and the device has it (Hopper); `attribute` is the storage the configuration points
+// at.
+cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, cudaStream_t stream, bool dependent,
+                                 cudaLaunchAttribute& attribute, std::size_t smem = 0) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (dependent && device_compute_major() >= 9) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  return config;
+}
+
+// Launches `kernel` (as <<<grid, block, smem, stream>>>, or as a programmatic dependent of the
+// grid before it where `dependent`, launch_config) and returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                          cudaStream_t stream, bool dependent, Args&&... args) {
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = launch_config(grid, block, stream, dependent, attribute, smem);
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 // The INT2 row quantizer of bf16 rows (exact clip threshold, bit-identical to the reference) and
 // the demotion kernel built on it.
 #include "int2_quantize.cuh"  // NOLINT(build/include)
@@ -161,6 +229,7 @@ constexpr int kStoreThreads = 256;
 
 template <int D>
 __global__ void __launch_bounds__(kStoreThreads) store_kv_kernel(StoreKvParams p) {
+  wait_then_allow_dependents();
   constexpr int E = D / 32;
   constexpr int kGroups = kStoreThreads / D;  // token groups: 4 at d 64, 2 at 128, 1 at 256
   constexpr int kPerThread = kStoreTokens / kGroups;
@@ -250,6 +319,7 @@ __host__ __device__ constexpr int column_store_tokens() {
 
 template <int D>
 __global__ void __launch_bounds__(kColumnStoreThreads) store_kv_columns_kernel(StoreKvParams p) {
+  wait_then_allow_dependents();
   constexpr int kSlices = D / kColumnStoreColumns;
   constexpr int kColumnStoreTokens = column_store_tokens<D>();
   constexpr int kGroups = kColumnStoreThreads / kColumnStoreColumns;  // tokens g, g + 8, ...
@@ -471,20 +541,6 @@ __device__ __forceinline__ void process_page(const DecodeParams& p, std::int64_t
       for (int j = 0; j < 16; ++j) acc[g][j] = fmaf(w, vv[j], acc[g][j]);
     }
   }
-}
-
-// Programmatic dependent launch (Hopper): a kernel lets the next one in the stream start early.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-// Waits until the grids this one was launched beside (programmatic dependent launch) have
-// completed and their writes are visible; a no-op for a grid launched the ordinary way.
-__device__ __forceinline__ void wait_for_prerequisite_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 // Where a kernel writes its partial results: splits [offset, offset + count) of total per head.
@@ -733,11 +789,15 @@ __device__ void write_block_partial(const DecodeParams& p, const float (&sm_m)[W
   }
 }
 
-// bf16_only: the INT2 pages are left to the tensor-core kernel (they count as absent here).
+// bf16_only: the INT2 pages are left to the tensor-core kernel (they count as absent here), which
+// this grid runs beside: launched as its programmatic dependent, so it does not wait for it (the
+// tensor-core kernel has waited for the work before both when this grid starts).
 template <int D, int G, int P>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_kernel(DecodeParams p, float* part_o, SplitPartial* part_ml, SplitRange range,
                   bool bf16_only, MergeCount merge) {
+  if (!bf16_only) wait_for_prerequisite_grids();
+  allow_dependent_launch();
   const int num_splits = range.count;
   using Map = RowMap<D>;
   constexpr int L = Map::kLanesPerRow, R = Map::kRowsPerStep;
@@ -886,6 +946,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     __shared__ float4 merge_reduce[kDecodeWarps * 32];
     merge_when_last<D, G, kDecodeWarps>(p, merge, part_o, part_ml, b, kvh, range.offset + split,
                                         &sm_o[0][0][0], merge_reduce);
+  }
+  // Beside the tensor-core kernel, whose last block may merge (and write the output) after this
+  // grid is done: one block waits for it, so that this grid, the call's last, completes after it
+  // and whatever follows in the stream, however launched, finds the output written.
+  if (bf16_only && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+    wait_for_prerequisite_grids();
   }
 }
 
@@ -1281,8 +1347,10 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     decode_int2_tc_kernel(DecodeParams p, float* part_o, SplitPartial* part_ml, SplitRange range,
                           MergeCount merge) {
   // The BF16-window kernel launched next shares no data with this one but the merge counters:
-  // let it start at once (programmatic dependent launch) on the multiprocessors left free.
-  allow_dependent_launch();
+  // let it start at once (programmatic dependent launch) on the multiprocessors left free, once
+  // this grid may read the cache (the work before it done, when this call is launched as a
+  // programmatic dependent too).
+  wait_then_allow_dependents();
   using Map = TcMap<D>;
   constexpr int KT = D / 16;  // k-tiles of S^T = m-tiles of O^T
   constexpr int NS = kTcStages<D>;
@@ -1656,6 +1724,7 @@ constexpr int kMergeMaxSplits = 2048;  // shared-memory weights; more splits loo
 __global__ void __launch_bounds__(kMergeThreads)
     merge_splits_kernel(const float* part_o, const SplitPartial* part_ml, int num_splits, int d,
                         bf16_bits* out) {
+  wait_then_allow_dependents();
   __shared__ float weight[kMergeMaxSplits];
   __shared__ float reduce[kMergeThreads / 32];
   __shared__ float group_o[kMergeThreads];
@@ -1713,34 +1782,6 @@ int device_multiprocessors() {
     return 132;
   }
   return sms;
-}
-
-int device_compute_major() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return major;
-}
-
-// A launch of `grid` x `block` threads on `stream`, as a programmatic dependent of the grid
-// launched before it (it may start beside that grid) where `dependent` and the device has it
-// (Hopper); `attribute` is the storage the configuration points at.
-cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, cudaStream_t stream, bool dependent,
-                                 cudaLaunchAttribute& attribute) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = stream;
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  if (dependent && device_compute_major() >= 9) {
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
-  return config;
 }
 
 bool supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
@@ -1920,9 +1961,11 @@ bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
   const dim3 simt_grid(static_cast<unsigned>(plan.simt_splits), hkv, batch);
   const SplitRange simt_range{0, plan.simt_splits, total};
   if (!plan.tensor_core) {
-    decode_kernel<D, G, P><<<simt_grid, kDecodeWarps * 32, 0, p.stream>>>(
-        p, part_o, part_ml, simt_range, false, MergeCount{});
-    if (!OSCAR_CUDA_OK(cudaGetLastError())) return false;
+    if (!OSCAR_CUDA_OK(launch_kernel(decode_kernel<D, G, P>, simt_grid, dim3(kDecodeWarps * 32), 0,
+                                     p.stream, p.enable_pdl, p, part_o, part_ml, simt_range, false,
+                                     MergeCount{}))) {
+      return false;
+    }
     const unsigned heads = static_cast<unsigned>(p.batch) * static_cast<unsigned>(p.num_q_heads);
     merge_splits_kernel<<<heads, kMergeThreads, 0, p.stream>>>(part_o, part_ml, total, D, p.out);
     return OSCAR_CUDA_OK(cudaGetLastError());
@@ -1935,10 +1978,12 @@ bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
   const bool fused = merges_in_block<D, G>(merge_width(total, group));
   const MergeCount merge = fused ? MergeCount{merge_counters, total, group} : MergeCount{};
   if (!tc_kernel_ready<D, G, P>()) return false;
-  decode_int2_tc_kernel<D, G, P><<<dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch),
-                                   kTcWarps<D> * 32, tc_smem_bytes<D, G>(), p.stream>>>(
-      p, part_o, part_ml, SplitRange{plan.simt_splits, plan.tc_splits, total}, merge);
-  if (!OSCAR_CUDA_OK(cudaGetLastError())) return false;
+  if (!OSCAR_CUDA_OK(launch_kernel(
+          decode_int2_tc_kernel<D, G, P>, dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch),
+          dim3(kTcWarps<D> * 32), tc_smem_bytes<D, G>(), p.stream, p.enable_pdl, p, part_o, part_ml,
+          SplitRange{plan.simt_splits, plan.tc_splits, total}, merge))) {
+    return false;
+  }
   cudaLaunchAttribute overlap;
   const cudaLaunchConfig_t config =
       launch_config(simt_grid, dim3(kDecodeWarps * 32), p.stream, true, overlap);
@@ -2685,7 +2730,11 @@ constexpr int kRowStoreMinBlocks = D == 64                           ? 3
 
 template <int D>
 __global__ void __launch_bounds__(kRowStoreWarps * 32, kRowStoreMinBlocks<D>)
-    store_kv_rows_kernel(StoreKvParams p, bool vectors, int tokens_per_warp) {
+    store_kv_rows_kernel(StoreKvParams p, bool vectors, int tokens_per_warp, bool beside) {
+  // Beside the store before it (see the end), it does not wait for it; that store waited for the
+  // work before both when this grid starts.
+  if (!beside) wait_for_prerequisite_grids();
+  allow_dependent_launch();
   const std::int64_t token0 =
       (static_cast<std::int64_t>(blockIdx.x) * kRowStoreWarps + (threadIdx.x >> 5)) *
       tokens_per_warp;
@@ -2696,7 +2745,9 @@ __global__ void __launch_bounds__(kRowStoreWarps * 32, kRowStoreMinBlocks<D>)
   // grid could otherwise complete first; its first block (whose first warp always has tokens)
   // waits for that store, so that whatever follows both in the stream, however it is launched,
   // finds both done.
-  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) wait_for_prerequisite_grids();
+  if (beside && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+    wait_for_prerequisite_grids();
+  }
 }
 
 // The arriving side's blocks per rotating side's block (eighths) when store_kv_tc_kernel takes a
@@ -2774,6 +2825,9 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
     // warpgroup 0's alone before the barrier then took 84.2-85.1 against 84.8-86.1 (4096 tokens:
     // 19.8-20.4 against 21.0-21.8), value clip 0.96.
     load_prepared_rotation<D, kCoreLayout>(p, head, is_key, r_hi, r_lo, bias, [&] {
+      // R' and the clip ratio are fixed inputs: the rest waits for the work before (programmatic
+      // dependent launch), while they are on their way.
+      wait_then_allow_dependents();
       if (!kTurns || group == 0) {
         copy_first_tile();
       } else {
@@ -2788,6 +2842,7 @@ __global__ void __launch_bounds__(kStoreTcWarps * 32, 1)
     }
   } else {
     // The first tile's copies fly while the block builds R'.
+    wait_then_allow_dependents();
     copy_first_tile();
     if (rotating) build_store_rotation<D, kCoreLayout>(p, head, is_key, r_hi, r_lo, bias, mean_sm);
   }
@@ -3315,9 +3370,6 @@ __device__ __forceinline__ void store256_rows_of_warp(const StoreKvParams& p, bo
 
 __global__ void __launch_bounds__(kStore256Warps * 32, kStore256MinBlocks)
     store_kv_tc256_kernel(const __grid_constant__ StoreKvParams p) {
-  // A store of the side arriving rotated, launched next, shares no data with this one: let it
-  // start at once (programmatic dependent launch) on the multiprocessors left free.
-  allow_dependent_launch();
 #if OSCAR_STORE_WGMMA
   using Layout = Store256Layout;
   constexpr int D = 256;
@@ -3341,7 +3393,8 @@ __global__ void __launch_bounds__(kStore256Warps * 32, kStore256MinBlocks)
   const auto* entry = static_cast<const unsigned char*>(p.prepared) +
                       store_prepared_entry_offset(D, hkv, is_key, head);
 
-  store256_copy_rows(p, src, head, blockIdx.x, warp, tile_rows, slots);
+  // The fixed inputs first (R' chunks, b, the clip ratio); the rest waits for the work before
+  // (programmatic dependent launch) while they are on their way.
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStore256Stages; ++s) mbarrier_init(full + s, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -3359,6 +3412,10 @@ __global__ void __launch_bounds__(kStore256Warps * 32, kStore256MinBlocks)
               threadIdx.x + kThreads);
   }
   const float clip = p.int2_slot != nullptr ? __ldg((is_key ? p.k_clip : p.v_clip) + head) : 1.0f;
+  // A store of the side arriving rotated, launched next, shares no data with this one: let it
+  // start now (programmatic dependent launch) on the multiprocessors left free.
+  wait_then_allow_dependents();
+  store256_copy_rows(p, src, head, blockIdx.x, warp, tile_rows, slots);
   const int group = warp >> 2, group_warp = warp & 3;
   std::int64_t q = 0;  // chunks multiplied so far
 
@@ -3432,6 +3489,7 @@ __global__ void __launch_bounds__(kStore256Warps * 32, kStore256MinBlocks)
   }
 #else
   // Built without the warpgroup MMA: the host never launches this kernel (store256_slots).
+  wait_then_allow_dependents();
   __shared__ volatile int lacks_warpgroup_mma[4];
   if (threadIdx.x == 0) lacks_warpgroup_mma[0] = 1;
 #endif
@@ -3540,8 +3598,8 @@ Status launch_store_kv_tc256(const StoreKvParams& p, bool arriving_follows) {
   const std::int64_t blocks = std::min(tiles, std::max<std::int64_t>(1, share));
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(rotated_sides(p)));
-  store_kv_tc256_kernel<<<grid, kStore256Warps * 32, Store256Layout::kBytes, p.stream>>>(p);
-  OSCAR_CUDA_CHECK(cudaGetLastError());
+  OSCAR_CUDA_CHECK(launch_kernel(store_kv_tc256_kernel, grid, dim3(kStore256Warps * 32),
+                                 Store256Layout::kBytes, p.stream, p.enable_pdl, p));
   return Status::kOk;
 }
 
@@ -3585,9 +3643,8 @@ Status launch_store_kv_tc(const StoreKvParams& p, bool& arriving_stored) {
   const dim3 grid(static_cast<unsigned>(std::max(tc_blocks, arriving_blocks)),
                   static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(take_arriving ? 2 : rotated_sides(p)));
-  store_kv_tc_kernel<D, kWarpgroupMma>
-      <<<grid, kThreads, kBytes, p.stream>>>(p, static_cast<int>(arriving_blocks));
-  OSCAR_CUDA_CHECK(cudaGetLastError());
+  OSCAR_CUDA_CHECK(launch_kernel(store_kv_tc_kernel<D, kWarpgroupMma>, grid, dim3(kThreads), kBytes,
+                                 p.stream, p.enable_pdl, p, static_cast<int>(arriving_blocks)));
   return Status::kOk;
 }
 
@@ -3604,8 +3661,8 @@ Status launch_store_kv_columns(const StoreKvParams& p) {
   }
   const dim3 grid(static_cast<unsigned>(tiles * kSlices), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(rotated_sides(p)));
-  store_kv_columns_kernel<D><<<grid, kColumnStoreThreads, 0, p.stream>>>(p);
-  OSCAR_CUDA_CHECK(cudaGetLastError());
+  OSCAR_CUDA_CHECK(launch_kernel(store_kv_columns_kernel<D>, grid, dim3(kColumnStoreThreads), 0,
+                                 p.stream, p.enable_pdl, p));
   return Status::kOk;
 }
 
@@ -3624,9 +3681,9 @@ Status launch_store_kv_rows(const StoreKvParams& p, int sides, bool vectors, boo
                   static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(sides));
   cudaLaunchAttribute overlap;
   const cudaLaunchConfig_t config =
-      launch_config(grid, dim3(kRowStoreWarps * 32), p.stream, dependent, overlap);
+      launch_config(grid, dim3(kRowStoreWarps * 32), p.stream, dependent || p.enable_pdl, overlap);
   OSCAR_CUDA_CHECK(
-      cudaLaunchKernelEx(&config, store_kv_rows_kernel<D>, p, vectors, tokens_per_warp));
+      cudaLaunchKernelEx(&config, store_kv_rows_kernel<D>, p, vectors, tokens_per_warp, dependent));
   return Status::kOk;
 }
 
@@ -3816,18 +3873,10 @@ Status store_rotated(const StoreKvParams& p, bool& arriving_stored, bool& arrivi
   if (p.num_tokens == 0) return Status::kOk;
   const dim3 grid(static_cast<unsigned>((p.num_tokens + kStoreTokens - 1) / kStoreTokens),
                   static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(rotated_sides(p)));
-  switch (p.head_dim) {
-    case 64:
-      store_kv_kernel<64><<<grid, kStoreThreads, 0, p.stream>>>(p);
-      break;
-    case 128:
-      store_kv_kernel<128><<<grid, kStoreThreads, 0, p.stream>>>(p);
-      break;
-    default:
-      store_kv_kernel<256><<<grid, kStoreThreads, 0, p.stream>>>(p);
-      break;
-  }
-  OSCAR_CUDA_CHECK(cudaGetLastError());
+  const auto kernel = p.head_dim == 64    ? store_kv_kernel<64>
+                      : p.head_dim == 128 ? store_kv_kernel<128>
+                                          : store_kv_kernel<256>;
+  OSCAR_CUDA_CHECK(launch_kernel(kernel, grid, dim3(kStoreThreads), 0, p.stream, p.enable_pdl, p));
   return Status::kOk;
 }
 }  // namespace

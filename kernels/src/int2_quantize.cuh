@@ -1,7 +1,8 @@
 // Fast INT2 quantization of BF16 rows, bit-identical to the plain warp quantizer, and the demotion
 // kernel built on it. Included by int2_cache.cu inside its anonymous namespace, after
-// bf16_to_float, float_to_bf16, round_bf16, kFullMask and is_aligned; it includes only
-// int2_row_thread.h and int2_thresholds.h (which include nothing else).
+// bf16_to_float, float_to_bf16, round_bf16, kFullMask, is_aligned, wait_then_allow_dependents and
+// launch_kernel; it includes only int2_row_thread.h and int2_thresholds.h (which include nothing
+// else).
 //
 // Clip threshold: the magnitude at ascending position k. Inputs are bf16 values, so magnitudes
 // order like their 15-bit keys (bits 30..16) and the threshold is the order statistic of the keys,
@@ -387,6 +388,7 @@ __device__ void quantize_row_bf16(const float (&x)[D / 32], float clip_ratio,
 template <int D>
 __global__ void __launch_bounds__(int2q::kDemoteWarps * 32, int2q::demote_min_blocks<D>())
     demote_pages_fast_kernel(DemotePagesParams p) {
+  wait_then_allow_dependents();  // the page pairs and pools may be the work before's
   constexpr int E = D / 32;
   const int warps = static_cast<int>(gridDim.x) * int2q::kDemoteWarps;
   const int segments = p.num_pages * p.num_kv_heads * 2;
@@ -553,6 +555,7 @@ __device__ __forceinline__ void demote_row_exact(const bf16_bits* row, int k, st
 template <int D>
 __global__ void __launch_bounds__(kDemoteWarps * 32, demote_batched_min_blocks<D>())
     demote_pages_batched_kernel(DemotePagesParams p) {
+  wait_then_allow_dependents();  // the page pairs and pools may be the work before's
   constexpr int E = D / 32, W = D / 64, B = demote_batch<D>(), L = 32 / B;
   constexpr unsigned kRowLanes = (1u << L) - 1u;
   // Rows whose clip thresholds are selected together: pairs, unless registers run short (D = 256;
@@ -862,6 +865,7 @@ constexpr int kRowwiseMinBlocks = D == 64                         ? OSCAR_DEMOTE
 template <int D>
 __global__ void __launch_bounds__(kRowwiseWarps * 32, kRowwiseMinBlocks<D>)
     demote_pages_rowwise_kernel(DemotePagesParams p, int page_size_log2) {
+  wait_then_allow_dependents();  // the page pairs and pools may be the work before's
   constexpr int kRows = kRowwiseRows<D>;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int rows_per_group = p.num_pages << page_size_log2;  // < 2^30 per launch
@@ -960,6 +964,12 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
       return static_cast<unsigned>(
           std::min<std::int64_t>(row_warps, std::int64_t{sms} * min_blocks));
     };
+    // Every kernel waits for the work before it (launched as a programmatic dependent or not).
+    const auto launch = [&](auto kernel, unsigned grid, unsigned threads, auto... args) {
+      return launch_kernel(kernel, dim3(grid), dim3(threads), 0, p.stream, p.enable_pdl, part,
+                           args...);
+    };
+    cudaError_t launched;
     if (rowwise) {
       const int page_size_log2 = p.page_size == 16 ? 4 : 3;
       const int warp_rows = int2q::rowwise_rows_per_warp(p.head_dim);
@@ -969,52 +979,29 @@ inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
       const auto rowwise_blocks =
           static_cast<unsigned>((warp_tasks + int2q::kRowwiseWarps - 1) / int2q::kRowwiseWarps);
       constexpr unsigned kRowwiseThreads = int2q::kRowwiseWarps * 32;
-      switch (p.head_dim) {
-        case 64:
-          int2q::demote_pages_rowwise_kernel<64>
-              <<<rowwise_blocks, kRowwiseThreads, 0, p.stream>>>(part, page_size_log2);
-          break;
-        case 128:
-          int2q::demote_pages_rowwise_kernel<128>
-              <<<rowwise_blocks, kRowwiseThreads, 0, p.stream>>>(part, page_size_log2);
-          break;
-        default:
-          int2q::demote_pages_rowwise_kernel<256>
-              <<<rowwise_blocks, kRowwiseThreads, 0, p.stream>>>(part, page_size_log2);
-          break;
-      }
+      launched = p.head_dim == 64 ? launch(int2q::demote_pages_rowwise_kernel<64>, rowwise_blocks,
+                                           kRowwiseThreads, page_size_log2)
+                 : p.head_dim == 128 ? launch(int2q::demote_pages_rowwise_kernel<128>,
+                                              rowwise_blocks, kRowwiseThreads, page_size_log2)
+                                     : launch(int2q::demote_pages_rowwise_kernel<256>,
+                                              rowwise_blocks, kRowwiseThreads, page_size_log2);
     } else if (batched) {
-      switch (p.head_dim) {
-        case 64:
-          int2q::demote_pages_batched_kernel<64>
-              <<<blocks(int2q::demote_batched_min_blocks<64>()), kThreads, 0, p.stream>>>(part);
-          break;
-        case 128:
-          int2q::demote_pages_batched_kernel<128>
-              <<<blocks(int2q::demote_batched_min_blocks<128>()), kThreads, 0, p.stream>>>(part);
-          break;
-        default:
-          int2q::demote_pages_batched_kernel<256>
-              <<<blocks(int2q::demote_batched_min_blocks<256>()), kThreads, 0, p.stream>>>(part);
-          break;
-      }
+      launched = p.head_dim == 64 ? launch(int2q::demote_pages_batched_kernel<64>,
+                                           blocks(int2q::demote_batched_min_blocks<64>()), kThreads)
+                 : p.head_dim == 128
+                     ? launch(int2q::demote_pages_batched_kernel<128>,
+                              blocks(int2q::demote_batched_min_blocks<128>()), kThreads)
+                     : launch(int2q::demote_pages_batched_kernel<256>,
+                              blocks(int2q::demote_batched_min_blocks<256>()), kThreads);
     } else {
-      switch (p.head_dim) {
-        case 64:
-          demote_pages_fast_kernel<64>
-              <<<blocks(int2q::demote_min_blocks<64>()), kThreads, 0, p.stream>>>(part);
-          break;
-        case 128:
-          demote_pages_fast_kernel<128>
-              <<<blocks(int2q::demote_min_blocks<128>()), kThreads, 0, p.stream>>>(part);
-          break;
-        default:
-          demote_pages_fast_kernel<256>
-              <<<blocks(int2q::demote_min_blocks<256>()), kThreads, 0, p.stream>>>(part);
-          break;
-      }
+      launched = p.head_dim == 64    ? launch(demote_pages_fast_kernel<64>,
+                                              blocks(int2q::demote_min_blocks<64>()), kThreads)
+                 : p.head_dim == 128 ? launch(demote_pages_fast_kernel<128>,
+                                              blocks(int2q::demote_min_blocks<128>()), kThreads)
+                                     : launch(demote_pages_fast_kernel<256>,
+                                              blocks(int2q::demote_min_blocks<256>()), kThreads);
     }
-    OSCAR_CUDA_CHECK(cudaGetLastError());
+    OSCAR_CUDA_CHECK(launched);
   }
   return Status::kOk;
 }

@@ -33,6 +33,17 @@
 // page pairs, block tables, lengths, queries); the host-side fields are fixed at capture, so
 // capture with upper bounds (num_tokens, num_pages, batch, max_pages_per_sequence) and pad: a
 // slot of -1, a page pair with a negative page, a sequence of length 0 each do nothing.
+//
+// Programmatic dependent launch (enable_pdl in each call's parameters; Hopper and later, ignored
+// before): the call's first kernel is launched so that it may start while the kernel before it in
+// the stream is finishing. Until that kernel has completed it reads only the inputs that stay
+// fixed for the cache's life (the prepared rotation and the clip ratios: do not rewrite them in
+// the kernel just before); everything else (rows, slots, page pairs, tables, lengths, queries,
+// pools) it reads and writes only after. Every kernel of these calls, launched either way, lets a
+// programmatic dependent that follows it start early, and completes only after the work it
+// depends on, so a chain of such launches (a decode step's store, demotion and decode, or an
+// engine's own kernels around them) keeps stream order for memory while the launches overlap.
+// The same holds in a CUDA graph, where a capture turns each into a programmatic edge.
 namespace oscar::kernels {
 
 // bf16 values travel as their 16-bit patterns so this header needs no CUDA fp16 headers.
@@ -108,6 +119,7 @@ struct StoreKvParams {
   // head_dim 256 the tensor-core store needs it (it streams R'^T from it). The float32 path
   // ignores it.
   const void* prepared = nullptr;
+  bool enable_pdl = false;  // programmatic dependent launch (see the top of this header)
   cudaStream_t stream = nullptr;
 };
 Status store_kv(const StoreKvParams& params);
@@ -155,6 +167,7 @@ struct DemotePagesParams {
   bf16_bits* k_scale_zero = nullptr;
   bf16_bits* v_scale_zero = nullptr;
   DemoteKernel kernel = DemoteKernel::kAuto;
+  bool enable_pdl = false;  // programmatic dependent launch (see the top of this header)
   cudaStream_t stream = nullptr;
 };
 Status demote_pages(const DemotePagesParams& params);
@@ -201,6 +214,7 @@ struct DecodeParams {
   // again). The rest may hold anything.
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  bool enable_pdl = false;  // programmatic dependent launch (see the top of this header)
   cudaStream_t stream = nullptr;
 };
 // The number of partial results decode_attention writes per (sequence, q head) (the splits of
