@@ -172,15 +172,18 @@ __device__ __forceinline__ void wait_then_allow_dependents() {
   allow_dependent_launch();
 }
 
-int device_compute_major() {
-  int device = 0, major = 0;
+// An attribute of the current device, or `fallback` when it cannot be queried.
+int device_attribute(cudaDeviceAttr attribute, int fallback) {
+  int device = 0, value = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&value, attribute, device) != cudaSuccess) {
     cudaGetLastError();
-    return 0;
+    return fallback;
   }
-  return major;
+  return value;
 }
+int device_multiprocessors() { return device_attribute(cudaDevAttrMultiProcessorCount, 132); }
+int device_compute_major() { return device_attribute(cudaDevAttrComputeCapabilityMajor, 0); }
 
 // A launch of `grid` x `block` threads with `smem` bytes of dynamic shared memory on `stream`, as
 // a programmatic dependent of the grid launched before it (it may start beside that grid) where
@@ -1772,16 +1775,6 @@ __global__ void __launch_bounds__(kMergeThreads)
     for (int g = 0; g < groups; ++g) total_o += group_o[g * d + tid];
     out[head * d + tid] = float_to_bf16(total_l > 0.0f ? total_o / total_l : 0.0f);
   }
-}
-
-int device_multiprocessors() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 132;
-  }
-  return sms;
 }
 
 bool supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
