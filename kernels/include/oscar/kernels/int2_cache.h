@@ -40,10 +40,12 @@
 // fixed for the cache's life (the prepared rotation and the clip ratios: do not rewrite them in
 // the kernel just before); everything else (rows, slots, page pairs, tables, lengths, queries,
 // pools) it reads and writes only after. Every kernel of these calls, launched either way, lets a
-// programmatic dependent that follows it start early, and completes only after the work it
-// depends on, so a chain of such launches (a decode step's store, demotion and decode, or an
-// engine's own kernels around them) keeps stream order for memory while the launches overlap.
-// The same holds in a CUDA graph, where a capture turns each into a programmatic edge.
+// programmatic dependent that follows it start early (decode_attention once its pages are read),
+// and completes only after the work it depends on, so a chain of such launches (a decode step's
+// store, demotion and decode, or an engine's own kernels around them) keeps stream order for
+// memory while the launches overlap. The same holds in a CUDA graph, where a capture turns each
+// into a programmatic edge. On an H200 a 36-layer decode step (one graph, d 128, 4K context) ran
+// 1.15x faster with it at batch 1 and 1.04x at batch 32 (docs/int2-kernels.md).
 namespace oscar::kernels {
 
 // bf16 values travel as their 16-bit patterns so this header needs no CUDA fp16 headers.
