@@ -1,8 +1,8 @@
 // Fast INT2 quantization of BF16 rows, bit-identical to the plain warp quantizer, and the demotion
 // kernel built on it. Included by int2_cache.cu inside its anonymous namespace, after
-// bf16_to_float, float_to_bf16, round_bf16, kFullMask, is_aligned, wait_then_allow_dependents and
-// launch_kernel; it includes only int2_row_thread.h and int2_thresholds.h (which include nothing
-// else).
+// bf16_to_float, float_to_bf16, round_bf16, kFullMask, is_aligned, wait_then_allow_dependents,
+// device_multiprocessors and launch_kernel; it includes only int2_row_thread.h and
+// int2_thresholds.h (which include nothing else).
 //
 // Clip threshold: the magnitude at ascending position k. Inputs are bf16 values, so magnitudes
 // order like their 15-bit keys (bits 30..16) and the threshold is the order statistic of the keys,
@@ -935,13 +935,8 @@ __global__ void __launch_bounds__(kRowwiseWarps * 32, kRowwiseMinBlocks<D>)
 // 2 * num_kv_heads * page_size rows is far below that).
 inline Status launch_demote_pages_fast(const DemotePagesParams& p) {
   if (p.num_pages <= 0) return Status::kOk;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      sms < 1) {
-    cudaGetLastError();
-    sms = 132;
-  }
+  int sms = device_multiprocessors();
+  if (sms < 1) sms = 132;
   const std::int64_t rows_per_page = std::int64_t{2} * p.num_kv_heads * p.page_size;
   const std::int64_t pages_per_launch =
       std::max<std::int64_t>(1, ((std::int64_t{1} << 30) - 1) / rows_per_page);
