@@ -990,12 +990,15 @@ TEST(Int2Decode, RejectsUnusableBuffers) {
 // kernel then starts while the one before finishes), the graph and the same calls one by one must
 // still match ordinary launches bit for bit. Each step makes the calls depend on each other: one
 // demoted page is the page a token was just stored to, and a sequence's tables list that page and
-// the page it was demoted into.
+// the page it was demoted into. With the demotion beside the store (overlap_previous), as an
+// engine demotes a window's oldest page while the new token lands in its newest, no page the
+// demotion reads or writes is one the store writes; the decode still reads both calls' pages.
 struct GraphCase {
   int d, page_size;
   DecodePath path;
-  bool values_arrive;  // values arrive rotated (v_rotation null)
-  bool pdl;            // enable_pdl on every call of the graph (and of a second run one by one)
+  bool values_arrive;   // values arrive rotated (v_rotation null)
+  bool pdl;             // enable_pdl on every call of the graph (and of a second run one by one)
+  bool beside = false;  // with pdl: the demotion starts beside the store (overlap_previous)
 };
 
 class Int2Graph : public ::testing::TestWithParam<GraphCase> {};
@@ -1119,9 +1122,11 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
   wire(*captured, graph_store, graph_demote, graph_decode);
   wire(*eager, eager_store, eager_demote, eager_decode);
   graph_store.enable_pdl = graph_demote.enable_pdl = graph_decode.enable_pdl = c.pdl;
+  graph_demote.overlap_previous = c.beside;
   if (c.pdl) {
     wire(*eager_pdl, pdl_store, pdl_demote, pdl_decode);
     pdl_store.enable_pdl = pdl_demote.enable_pdl = pdl_decode.enable_pdl = true;
+    pdl_demote.overlap_previous = c.beside;
   }
 
   cudaGraph_t graph = nullptr;
@@ -1163,24 +1168,40 @@ TEST_P(Int2Graph, DecodeStepReplaysMatchCallsOneByOne) {
     upload(k_rows, to_bits(random_rows(std::int64_t{batch} * hkv, d, rng)));
     upload(v_rows, to_bits(random_rows(std::int64_t{batch} * hkv, d, rng)));
     upload(q, to_bits(random_rows(std::int64_t{batch} * hq, d, rng)));
-    // Demotions: two real pairs and two of padding, their places moving with the step.
+    // Demotions: two real pairs and two of padding, their places moving with the step. Beside
+    // the store they take pages the store does not write (the stored pages last in the list).
     std::shuffle(pages.begin(), pages.end(), rng);
+    if (c.beside) {
+      std::vector<int> written;
+      for (int b = 0; b < batch; ++b) {
+        if (bslot[b] >= 0) written.push_back(static_cast<int>(bslot[b] / ps));
+        if (islot[b] >= 0) written.push_back(static_cast<int>(islot[b] / ps));
+      }
+      std::stable_partition(pages.begin(), pages.end(), [&](int page) {
+        return std::find(written.begin(), written.end(), page) == written.end();
+      });
+      // The pairs below take pages[0, batch) and pages(pair_last - batch, pair_last]: none of
+      // the at most 2 batch written pages, which come last.
+    }
+    const int pair_last = c.beside ? pool_pages - 1 - 2 * batch : pool_pages - 1;
     std::vector<std::int32_t> pairs(2 * batch);
     int real_pair = -1;  // the first pair that is not padding
     for (int b = 0; b < batch; ++b) {
       const bool padding = (b + step) % batch >= 2;
       pairs[2 * b] = padding && b % 2 == 0 ? -1 : pages[b];
-      pairs[2 * b + 1] = padding && b % 2 == 1 ? -1 : pages[pool_pages - 1 - b];
+      pairs[2 * b + 1] = padding && b % 2 == 1 ? -1 : pages[pair_last - b];
       if (!padding && real_pair < 0) real_pair = b;
     }
-    // That pair demotes the page sequence 0's token was just stored to, into a page no other
-    // pair writes.
+    // Called one by one, that pair demotes the page sequence 0's token was just stored to, into a
+    // page no other pair writes.
     const auto stored_page = static_cast<std::int32_t>(bslot[0] / ps);
     ASSERT_GE(real_pair, 0);
-    for (int b = 0; b < batch; ++b) {
-      if (pairs[2 * b] == stored_page) pairs[2 * b] = pages[real_pair];
+    if (!c.beside) {
+      for (int b = 0; b < batch; ++b) {
+        if (pairs[2 * b] == stored_page) pairs[2 * b] = pages[real_pair];
+      }
+      pairs[2 * real_pair] = stored_page;
     }
-    pairs[2 * real_pair] = stored_page;
     const std::int32_t demoted_into = pairs[2 * real_pair + 1];
     upload(page_pairs, pairs);
     // Each sequence's pages and lengths; sequence 3 has none.
@@ -1256,13 +1277,17 @@ INSTANTIATE_TEST_SUITE_P(Steps, Int2Graph,
                                            GraphCase{128, 16, DecodePath::kAuto, false, true},
                                            GraphCase{128, 16, DecodePath::kSimt, false, true},
                                            GraphCase{256, 16, DecodePath::kAuto, true, true},
-                                           GraphCase{256, 8, DecodePath::kAuto, false, true}),
+                                           GraphCase{256, 8, DecodePath::kAuto, false, true},
+                                           GraphCase{64, 16, DecodePath::kAuto, false, true, true},
+                                           GraphCase{128, 8, DecodePath::kSimt, true, true, true},
+                                           GraphCase{256, 16, DecodePath::kAuto, true, true, true}),
                          [](const ::testing::TestParamInfo<GraphCase>& info) {
                            return "d" + std::to_string(info.param.d) + "_page" +
                                   std::to_string(info.param.page_size) +
                                   (info.param.path == DecodePath::kSimt ? "_simt" : "_auto") +
                                   (info.param.values_arrive ? "_values_arrive" : "") +
-                                  (info.param.pdl ? "_pdl" : "");
+                                  (info.param.pdl ? "_pdl" : "") +
+                                  (info.param.beside ? "_beside" : "");
                          });
 
 TEST(Int2Kernels, RejectBadArguments) {

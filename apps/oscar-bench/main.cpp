@@ -3,6 +3,7 @@
 // throughput, and a whole decode step launched call by call and as a CUDA graph.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nvtx3/nvToolsExt.h>
 
 #include <CLI/CLI.hpp>
@@ -37,6 +38,8 @@ struct Options {
   int step_steps = 200;        // timed steps of the decode-step figure (0: skip it)
   // The calls of the decode step launched as programmatic dependents in its "+PDL" columns.
   std::vector<std::string> step_pdl = {"store", "demote", "decode"};
+  // The calls a layer of the decode step makes (leaving one out shows its share of a step).
+  std::vector<std::string> step_calls = {"store", "demote", "decode"};
   double budget_gib = 40.0;  // fixed KV memory budget for the largest batch at 128K
   std::string json_path;
 };
@@ -282,6 +285,10 @@ int main(int argc, char** argv) {
       ->default_val(200);
   app.add_option("--step-pdl", o.step_pdl,
                  "Calls of the decode step launched with enable_pdl in its +PDL columns")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"store", "demote", "decode"}));
+  app.add_option("--step-calls", o.step_calls,
+                 "Calls a layer of the decode step makes (leave one out to see its share)")
       ->delimiter(',')
       ->check(CLI::IsMember({"store", "demote", "decode"}));
   app.add_option("--budget-gib", o.budget_gib, "KV memory budget for the largest-batch figure")
@@ -723,12 +730,13 @@ int main(int argc, char** argv) {
   nlohmann::json decode_steps = nlohmann::json::array();
   if (o.step_steps > 0) {
     fmt::print(
-        "\ndecode step of {} layers (store a token a sequence, demote, decode), context {}; us a "
+        "\ndecode step of {} layers ({}; store: a token a sequence), context {}; us a "
         "step on the host clock over {} steps (calls one by one, one CUDA graph; +PDL: "
-        "programmatic dependent launches), then each call alone on the GPU (us a layer):\n{:>6}  "
-        "{:>9} {:>9} {:>9} {:>9} {:>7}  {:>7} {:>7} {:>7}\n",
-        o.layers, o.step_context, o.step_steps, "batch", "calls", "calls+PDL", "graph", "graph+PDL",
-        "PDL", "store", "demote", "decode");
+        "programmatic dependent launches; beside: graph+PDL with the demotion started beside the "
+        "store, overlap_previous), then each call alone on the GPU (us a layer):\n{:>6}  "
+        "{:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  {:>7} {:>7} {:>7}\n",
+        o.layers, fmt::join(o.step_calls, ", "), o.step_context, o.step_steps, "batch", "calls",
+        "calls+PDL", "graph", "graph+PDL", "beside", "PDL", "store", "demote", "decode");
     cudaStream_t stream = nullptr;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     for (const int batch : o.batches) {
@@ -786,11 +794,16 @@ int main(int argc, char** argv) {
       Buffer workspace(decode_workspace_bytes(decode));
       decode.workspace = workspace.ptr;
       decode.workspace_bytes = decode_workspace_bytes(decode);
+      const auto in_step = [&](const char* call) {
+        return std::find(o.step_calls.begin(), o.step_calls.end(), call) != o.step_calls.end();
+      };
+      const bool step_store = in_step("store"), step_demote = in_step("demote"),
+                 step_decode = in_step("decode");
       const auto step = [&] {
         for (int layer = 0; layer < o.layers; ++layer) {
-          if (store_kv(store) != Status::kOk) die("store_kv");
-          if (demote_pages(demote) != Status::kOk) die("demote_pages");
-          if (decode_attention(decode) != Status::kOk) die("decode_attention");
+          if (step_store && store_kv(store) != Status::kOk) die("store_kv");
+          if (step_demote && demote_pages(demote) != Status::kOk) die("demote_pages");
+          if (step_decode && decode_attention(decode) != Status::kOk) die("decode_attention");
         }
       };
       const auto host_us_per_step = [&](auto&& run) {
@@ -829,6 +842,11 @@ int main(int argc, char** argv) {
       set_pdl(true);
       const double calls_pdl_us = host_us_per_step(step);
       const double graph_pdl_us = graph_us_per_step();
+      // The step's demotion shares no page with its store (sequence 0's oldest window page
+      // against every sequence's newest): it may start beside the store.
+      demote.overlap_previous = true;
+      const double graph_beside_us = graph_us_per_step();
+      demote.overlap_previous = false;
       set_pdl(false);
       // Where a layer's share goes: each call alone over the layers (median of o.iters runs, L2
       // as the calls leave it), per layer.
@@ -842,9 +860,10 @@ int main(int argc, char** argv) {
       const double demote_us = gpu_us_per_layer([&] { demote_pages(demote); });
       const double decode_us = gpu_us_per_layer([&] { decode_attention(decode); });
       fmt::print(
-          "{:>6}  {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f}x  {:>7.1f} {:>7.1f} {:>7.1f}\n",
-          batch, calls_us, calls_pdl_us, graph_us, graph_pdl_us, graph_us / graph_pdl_us, store_us,
-          demote_us, decode_us);
+          "{:>6}  {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f}x  {:>7.1f} {:>7.1f} "
+          "{:>7.1f}\n",
+          batch, calls_us, calls_pdl_us, graph_us, graph_pdl_us, graph_beside_us,
+          graph_us / graph_pdl_us, store_us, demote_us, decode_us);
       decode_steps.push_back({{"batch", batch},
                               {"context", o.step_context},
                               {"layers", o.layers},
@@ -852,7 +871,9 @@ int main(int argc, char** argv) {
                               {"calls_pdl_us", calls_pdl_us},
                               {"graph_us", graph_us},
                               {"graph_pdl_us", graph_pdl_us},
+                              {"graph_pdl_beside_us", graph_beside_us},
                               {"pdl_calls", o.step_pdl},
+                              {"step_calls", o.step_calls},
                               {"layer_store_us", store_us},
                               {"layer_demote_us", demote_us},
                               {"layer_decode_us", decode_us}});

@@ -39,9 +39,11 @@
 // the stream is finishing. Until that kernel has completed it reads only the inputs that stay
 // fixed for the cache's life (the prepared rotation and the clip ratios: do not rewrite them in
 // the kernel just before); everything else (rows, slots, page pairs, tables, lengths, queries,
-// pools) it reads and writes only after. Every kernel of these calls, launched either way, lets a
-// programmatic dependent that follows it start early (decode_attention once its pages are read),
-// and completes only after the work it depends on, so a chain of such launches (a decode step's
+// pools) it reads and writes only after (a demotion with overlap_previous: after the work before
+// the call it overlaps). Every kernel of these calls, launched either way, lets a
+// programmatic dependent that follows it start early (decode_attention once its pages are read;
+// demote_pages beside a store, DemotePagesParams::overlap_previous, only as it exits), and
+// completes only after the work it depends on, so a chain of such launches (a decode step's
 // store, demotion and decode, or an engine's own kernels around them) keeps stream order for
 // memory while the launches overlap. The same holds in a CUDA graph, where a capture turns each
 // into a programmatic edge. On an H200 a 36-layer decode step (one graph, d 128, 4K context) ran
@@ -170,6 +172,14 @@ struct DemotePagesParams {
   bf16_bits* v_scale_zero = nullptr;
   DemoteKernel kernel = DemoteKernel::kAuto;
   bool enable_pdl = false;  // programmatic dependent launch (see the top of this header)
+  // With enable_pdl: the demotion shares no data with the call just before it in the stream (a
+  // decode step's store_kv, whose new tokens land in the window's newest page while its oldest is
+  // demoted: no page of either call's source or destination is the other's), so it starts beside
+  // that call, as soon as the call's kernels have waited for the work before them, instead of
+  // after it. It still completes only after that call, and lets the call after it start only
+  // then: whatever follows finds both done. The caller guarantees the independence; ignored
+  // without enable_pdl.
+  bool overlap_previous = false;
   cudaStream_t stream = nullptr;
 };
 Status demote_pages(const DemotePagesParams& params);
