@@ -42,8 +42,8 @@
 // pools) it reads and writes only after (a demotion with overlap_previous: after the work before
 // the call it overlaps). Every kernel of these calls, launched either way, lets a
 // programmatic dependent that follows it start early (decode_attention once its pages are read;
-// demote_pages beside a store, DemotePagesParams::overlap_previous, only as it exits), and
-// completes only after the work it depends on, so a chain of such launches (a decode step's
+// demote_pages beside a store, DemotePagesParams::overlap_previous, once its own work is done),
+// and completes only after the work it depends on, so a chain of such launches (a decode step's
 // store, demotion and decode, or an engine's own kernels around them) keeps stream order for
 // memory while the launches overlap. The same holds in a CUDA graph, where a capture turns each
 // into a programmatic edge. On an H200 a 36-layer decode step (one graph, d 128, 4K context) ran
@@ -176,9 +176,9 @@ struct DemotePagesParams {
   // decode step's store_kv, whose new tokens land in the window's newest page while its oldest is
   // demoted: no page of either call's source or destination is the other's), so it starts beside
   // that call, as soon as the call's kernels have waited for the work before them, instead of
-  // after it. It still completes only after that call, and lets the call after it start only
-  // then: whatever follows finds both done. The caller guarantees the independence; ignored
-  // without enable_pdl.
+  // after it. It still completes only after that call, so whatever follows finds both done (the
+  // call after it may start once the demotion's own work is done, and waits for both). The
+  // caller guarantees the independence; ignored without enable_pdl.
   bool overlap_previous = false;
   cudaStream_t stream = nullptr;
 };
