@@ -172,13 +172,14 @@ struct DemotePagesParams {
   bf16_bits* v_scale_zero = nullptr;
   DemoteKernel kernel = DemoteKernel::kAuto;
   bool enable_pdl = false;  // programmatic dependent launch (see the top of this header)
-  // With enable_pdl: the demotion shares no data with the call just before it in the stream (a
-  // decode step's store_kv, whose new tokens land in the window's newest page while its oldest is
+  // With enable_pdl: the call just before it in the stream is a store_kv that shares no data with
+  // it (a decode step's, whose new tokens land in the window's newest page while its oldest is
   // demoted: no page of either call's source or destination is the other's), so it starts beside
   // that call, as soon as the call's kernels have waited for the work before them, instead of
-  // after it. It still completes only after that call, so whatever follows finds both done (the
-  // call after it may start once the demotion's own work is done, and waits for both). The
-  // caller guarantees the independence; ignored without enable_pdl.
+  // after it. (Any other kernel there must likewise signal its dependents only after its own
+  // wait.) It still completes only after that call, so whatever follows finds both done (the call
+  // after it may start once the demotion's own work is done, and waits for both). The caller
+  // guarantees the independence; ignored without enable_pdl.
   bool overlap_previous = false;
   cudaStream_t stream = nullptr;
 };
