@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -843,10 +844,14 @@ int main(int argc, char** argv) {
       const double calls_pdl_us = host_us_per_step(step);
       const double graph_pdl_us = graph_us_per_step();
       // The step's demotion shares no page with its store (sequence 0's oldest window page
-      // against every sequence's newest): it may start beside the store.
-      demote.overlap_previous = true;
-      const double graph_beside_us = graph_us_per_step();
-      demote.overlap_previous = false;
+      // against every sequence's newest): it may start beside the store. Without a store just
+      // before it there is nothing it may overlap (NaN).
+      double graph_beside_us = std::numeric_limits<double>::quiet_NaN();
+      if (step_store && step_demote) {
+        demote.overlap_previous = true;
+        graph_beside_us = graph_us_per_step();
+        demote.overlap_previous = false;
+      }
       set_pdl(false);
       // Where a layer's share goes: each call alone over the layers (median of o.iters runs, L2
       // as the calls leave it), per layer.

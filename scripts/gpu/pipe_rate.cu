@@ -34,9 +34,22 @@ __device__ __forceinline__ unsigned lop(unsigned a, unsigned b) {
   return d;
 }
 
+// A compare-exchange of a and b (the larger to a) by a packed maximum and minimum, or an
+// addition of each into the other: two dependent instructions a chain a step either way.
+template <unsigned (*kMax)(unsigned, unsigned), unsigned (*kMin)(unsigned, unsigned)>
+__device__ __forceinline__ void exchange(unsigned& a, unsigned& b) {
+  const unsigned high = kMax(a, b);
+  b = kMin(a, b);
+  a = high;
+}
+__device__ __forceinline__ void add_both(unsigned& a, unsigned& b) {
+  a = badd(a, b);
+  b = badd(b, a);
+}
+
 // op 0: max/min.u16x2; 1: max/min.bf16x2; 2: one of each (alternating chains); 3: fmaxf/fminf;
-// 4: set.ge.bf16x2; 5: add.bf16x2; 6: u16x2 min/max beside add.bf16x2; 7: integer multiply-add;
-// 8: u16x2 min/max beside bf16x2 min/max, two of each a step; 9: lop3.
+// 4: set.ge.bf16x2 (and an xor); 5: add.bf16x2; 6: u16x2 min/max beside add.bf16x2; 7: integer
+// multiply-add; 9: lop3.
 template <int kOp>
 __global__ void __launch_bounds__(kThreads) pipe_kernel(unsigned* out, unsigned seed) {
   unsigned a[kChains], b[kChains];
@@ -50,22 +63,14 @@ __global__ void __launch_bounds__(kThreads) pipe_kernel(unsigned* out, unsigned 
 #pragma unroll
     for (int c = 0; c < kChains; ++c) {
       if constexpr (kOp == 0) {
-        const unsigned hi = umax16(a[c], b[c]);
-        b[c] = umin16(a[c], b[c]);
-        a[c] = hi;
+        exchange<umax16, umin16>(a[c], b[c]);
       } else if constexpr (kOp == 1) {
-        const unsigned hi = bmax(a[c], b[c]);
-        b[c] = bmin(a[c], b[c]);
-        a[c] = hi;
+        exchange<bmax, bmin>(a[c], b[c]);
       } else if constexpr (kOp == 2) {
         if (c % 2 == 0) {
-          const unsigned hi = umax16(a[c], b[c]);
-          b[c] = umin16(a[c], b[c]);
-          a[c] = hi;
+          exchange<umax16, umin16>(a[c], b[c]);
         } else {
-          const unsigned hi = bmax(a[c], b[c]);
-          b[c] = bmin(a[c], b[c]);
-          a[c] = hi;
+          exchange<bmax, bmin>(a[c], b[c]);
         }
       } else if constexpr (kOp == 3) {
         const float x = __uint_as_float(a[c]), y = __uint_as_float(b[c]);
@@ -75,16 +80,12 @@ __global__ void __launch_bounds__(kThreads) pipe_kernel(unsigned* out, unsigned 
         a[c] = bset_ge(a[c], b[c]) ^ b[c];
         b[c] = bset_ge(b[c], a[c]) ^ a[c];
       } else if constexpr (kOp == 5) {
-        a[c] = badd(a[c], b[c]);
-        b[c] = badd(b[c], a[c]);
+        add_both(a[c], b[c]);
       } else if constexpr (kOp == 6) {
         if (c % 2 == 0) {
-          const unsigned hi = umax16(a[c], b[c]);
-          b[c] = umin16(a[c], b[c]);
-          a[c] = hi;
+          exchange<umax16, umin16>(a[c], b[c]);
         } else {
-          a[c] = badd(a[c], b[c]);
-          b[c] = badd(b[c], a[c]);
+          add_both(a[c], b[c]);
         }
       } else if constexpr (kOp == 7) {
         a[c] = a[c] * b[c] + 3u;
