@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "oscar/cpu_threads.h"
 #include "oscar/eigen.h"
 #include "oscar/error.h"
 #include "oscar/model.h"
@@ -60,13 +61,13 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters, "Timed calls per backend (median reported)")
       ->default_val(5)
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--threads", threads, "LibTorch intra-op threads (0: its default)")
-      ->default_val(0);
+  app.add_option("--threads", threads, oscar::kCpuThreadsHelp)->default_val(0);
   app.add_option("--seed", seed, "Seed of the random covariance matrices")->default_val(0);
   app.add_flag("--json", json, "Print results as JSON on stdout");
   CLI11_PARSE(app, argc, argv);
   return oscar_app::run_app("oscar-bench-eigh", [&]() -> int {
-    if (threads > 0) torch::set_num_threads(threads);
+    oscar::set_cpu_threads(threads);
+    const oscar::CpuThreads cpu = oscar::cpu_threads();
     const torch::Device device = oscar::parse_device_name(device_name);
     torch::NoGradGuard no_grad;
     // Covariance-like SPD matrices (2 * dim samples each), built on the CPU so every device sees
@@ -77,15 +78,14 @@ int main(int argc, char** argv) {
     auto matrices = (torch::matmul(x, x.transpose(1, 2)) / (2.0 * dim)).to(device);
     x = torch::Tensor();
 
-    nlohmann::json out = {{"batch", batch},
-                          {"dim", dim},
-                          {"device", device.str()},
-                          {"iters", iters},
-                          {"warmup", warmup},
-                          {"threads", torch::get_num_threads()},
-                          {"oscar_version", oscar::version()}};
-    fmt::print(stderr, "{} symmetric {}x{} fp64 matrices on {} ({} threads), median of {}\n", batch,
-               dim, dim, device.str(), torch::get_num_threads(), iters);
+    nlohmann::json out = {{"batch", batch},           {"dim", dim},
+                          {"device", device.str()},   {"iters", iters},
+                          {"warmup", warmup},         {"threads", cpu.torch},
+                          {"blas_threads", cpu.blas}, {"oscar_version", oscar::version()}};
+    fmt::print(stderr,
+               "{} symmetric {}x{} fp64 matrices on {} ({} LibTorch / {} BLAS threads), median of "
+               "{}\n",
+               batch, dim, dim, device.str(), cpu.torch, cpu.blas, iters);
 
     // The reference: torch's own eigh on this device (LAPACK on the CPU).
     torch::Tensor reference_values;

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "oscar/cpu_threads.h"
 #include "oscar/error.h"
 #include "oscar/model.h"
 #include "oscar/safetensors.h"
@@ -136,15 +137,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"oscar", "plain", "both"}));
   app.add_option("--warmup", warmup, "Untimed runs first")->default_val(1);
   app.add_option("--iters", iters, "Timed runs (median reported)")->default_val(3);
-  app.add_option("--threads", threads,
-                 "LibTorch intra-op threads (0: its default). BLAS keeps its own threads: more "
-                 "here can oversubscribe small machines")
-      ->default_val(0);
+  app.add_option("--threads", threads, oscar::kCpuThreadsHelp)->default_val(0);
   app.add_flag("--breakdown", breakdown, "Also time each component of one layer at this shape");
   app.add_flag("--json", json, "Print results as JSON on stdout");
   CLI11_PARSE(app, argc, argv);
   return oscar_app::run_app("oscar-bench-forward", [&]() -> int {
-    if (threads > 0) torch::set_num_threads(threads);
+    oscar::set_cpu_threads(threads);
+    const oscar::CpuThreads cpu = oscar::cpu_threads();
     oscar::LoadOptions load;
     load.device = oscar::parse_device_name(device_name);
     if (dtype == "stored") {
@@ -158,16 +157,14 @@ int main(int argc, char** argv) {
     torch::manual_seed(0);
     auto tokens = torch::randint(c.vocab_size, {batch, seq_len}, torch::kInt64).to(device);
     const double n_tokens = static_cast<double>(batch * seq_len);
-    nlohmann::json out = {{"model", model_dir},
-                          {"seq_len", seq_len},
-                          {"batch", batch},
-                          {"dtype", oscar::dtype_short_name(model.dtype())},
-                          {"device", device.str()},
-                          {"threads", torch::get_num_threads()},
-                          {"oscar_version", oscar::version()}};
-    fmt::print(stderr, "{} | batch {} x seq {} | {} on {} ({} threads)\n", oscar::describe(c),
-               batch, seq_len, oscar::dtype_short_name(model.dtype()), device.str(),
-               torch::get_num_threads());
+    nlohmann::json out = {
+        {"model", model_dir},       {"seq_len", seq_len},
+        {"batch", batch},           {"dtype", oscar::dtype_short_name(model.dtype())},
+        {"device", device.str()},   {"threads", cpu.torch},
+        {"blas_threads", cpu.blas}, {"oscar_version", oscar::version()}};
+    fmt::print(stderr, "{} | batch {} x seq {} | {} on {} ({} LibTorch / {} BLAS threads)\n",
+               oscar::describe(c), batch, seq_len, oscar::dtype_short_name(model.dtype()),
+               device.str(), cpu.torch, cpu.blas);
     auto report = [&](const std::string& name, double seconds) {
       out[name] = {{"seconds", seconds}, {"tokens_per_second", n_tokens / seconds}};
       fmt::print(stderr, "{:>8}: {:9.2f} ms per forward, {:10.1f} tokens/s\n", name, 1e3 * seconds,

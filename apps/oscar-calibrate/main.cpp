@@ -17,6 +17,7 @@
 #include "oscar/bundle.h"
 #include "oscar/calibrate.h"
 #include "oscar/calibration_data.h"
+#include "oscar/cpu_threads.h"
 #include "oscar/error.h"
 #include "oscar/evaluation.h"
 #include "oscar/file.h"
@@ -165,7 +166,7 @@ void print_summary(const oscar::RotationResult& r, std::int64_t heads) {
 }
 
 int run(Options o) {
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  oscar::set_cpu_threads(o.threads);
   const auto t0 = std::chrono::steady_clock::now();
   OSCAR_CHECK(oscar::is_directory(o.model_dir), "model directory '{}' does not exist", o.model_dir);
   OSCAR_CHECK(!o.out_path.empty() || !o.save_stats.empty(),
@@ -506,7 +507,7 @@ int main(int argc, char** argv) {
                  "from these merged main-pass statistics");
   app.add_option("--shard", o.shard, "Use sequences i with i % N == I (I/N), for sharded runs")
       ->default_val("0/1");
-  app.add_option("--threads", o.threads, "CPU threads (0: LibTorch default)")->default_val(0);
+  app.add_option("--threads", o.threads, oscar::kCpuThreadsHelp)->default_val(0);
   app.add_flag("--json", o.json, "Print the report as JSON on stdout");
   app.add_option("--json-out", o.json_path, "Also write the JSON report to this file");
   app.add_flag("-q,--quiet", o.quiet, "No progress output");

@@ -15,6 +15,7 @@
 #include "oscar/bundle.h"
 #include "oscar/calibrate.h"
 #include "oscar/calibration_data.h"
+#include "oscar/cpu_threads.h"
 #include "oscar/error.h"
 #include "oscar/evaluation.h"
 #include "oscar/file.h"
@@ -128,7 +129,7 @@ void score_window(const torch::Tensor& logits, const torch::Tensor& tokens,
 }
 
 int run(Options o) {
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  oscar::set_cpu_threads(o.threads);
   const auto t0 = std::chrono::steady_clock::now();
   OSCAR_CHECK(oscar::is_directory(o.model_dir), "model directory '{}' does not exist", o.model_dir);
   oscar::check_writable(o.json_path, "JSON report");
@@ -439,7 +440,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N")->default_val("auto");
   app.add_option("--dtype", o.dtype, "Compute dtype: auto, stored, f32, bf16, f16")
       ->default_val("auto");
-  app.add_option("--threads", o.threads, "CPU threads (0: LibTorch default)")->default_val(0);
+  app.add_option("--threads", o.threads, oscar::kCpuThreadsHelp)->default_val(0);
   app.add_option("--json", o.json_path, "Write the report as JSON to this file");
   app.add_option("--plot", o.plot_path, "Write an SVG plot (per-layer error, KL per method)");
   app.add_flag("-q,--quiet", o.quiet, "No progress output");

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "oscar/cpu_threads.h"
 #include "oscar/error.h"
 #include "oscar/file.h"
 #include "oscar/model.h"
@@ -75,7 +76,7 @@ std::vector<std::vector<std::int32_t>> build_sequences(const Options& o,
 }
 
 int run(const Options& o) {
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  oscar::set_cpu_threads(o.threads);
   oscar::LoadOptions load;
   load.device = oscar::parse_device_name(o.device);
   if (o.dtype == "stored") {
@@ -182,7 +183,7 @@ int main(int argc, char** argv) {
       ->default_val("auto")
       ->check(CLI::IsMember({"auto", "stored", "f32", "bf16", "f16"}));
   app.add_option("--device", o.device, "cpu, cuda or cuda:N")->default_val("cpu");
-  app.add_option("--threads", o.threads, "CPU threads (0: LibTorch default)")->default_val(0);
+  app.add_option("--threads", o.threads, oscar::kCpuThreadsHelp)->default_val(0);
   app.add_flag("--json", o.json, "Print a JSON object (perplexity, tokens, ...) on stdout");
   app.add_flag("-q,--quiet", o.quiet, "No progress output");
   app.set_version_flag("--version", std::string(oscar::version()));
