@@ -42,7 +42,13 @@ struct Options {
   // The calls a layer of the decode step makes (leaving one out shows its share of a step).
   std::vector<std::string> step_calls = {"store", "demote", "decode"};
   double budget_gib = 40.0;  // fixed KV memory budget for the largest batch at 128K
+  // The figures to measure (a quick sweep of one of them skips the others' minutes).
+  std::vector<std::string> sections = {"decode", "demote", "store", "step"};
   std::string json_path;
+
+  bool runs(const char* section) const {
+    return std::find(sections.begin(), sections.end(), section) != sections.end();
+  }
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -299,6 +305,11 @@ int main(int argc, char** argv) {
                  "write (a 256 MiB memset, dirty lines written back during the run)")
       ->check(CLI::IsMember({"read", "write"}))
       ->default_val("read");
+  app.add_option("--sections", o.sections,
+                 "Figures to measure: decode (attention), demote, store, step (a decode step over "
+                 "the layers); the memory figure is always printed")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"decode", "demote", "store", "step"}));
   app.add_option("--json", o.json_path, "Write the results as JSON");
   CLI11_PARSE(app, argc, argv);
   g_evict_mode = o.flush == "write" ? EvictMode::kWrite : EvictMode::kRead;
@@ -322,7 +333,7 @@ int main(int argc, char** argv) {
              "bf16 us", "bf16 GB/s", "int2 us", "int2 GB/s", "of copy", "speedup", "int2 simt us");
 
   nlohmann::json points = nlohmann::json::array();
-  for (int batch : o.batches) {
+  for (int batch : o.runs("decode") ? o.batches : std::vector<int>{}) {
     for (int context : o.contexts) {
       const int pages_all = (context + ps - 1) / ps;
       const int int2_tokens = std::max(0, context - o.sink - o.recent);
@@ -464,18 +475,19 @@ int main(int argc, char** argv) {
         2.0 * static_cast<double>(rows) / us);
     return us;
   };
-  fmt::print("\n");
-  {
+  if (o.runs("demote")) {
+    fmt::print("\n");
     const int pages = 16384;
     const double rows = 2.0 * pages * hkv * ps;
     demote_gbs = rows * (d * 2 + d / 4 + 4) /
                  (bench_demotion(pages, 0.96f, 0.96f, DemoteKernel::kAuto) * 1e3);
   }
   for (const DemoteKernel kernel : {DemoteKernel::kWarpBatched, DemoteKernel::kRowPerThread}) {
+    if (!o.runs("demote")) break;
     for (const float v_clip : {0.96f, 0.92f}) bench_demotion(16384, 0.96f, v_clip, kernel);
   }
   // Small demotions, a decode step's (a page or a few per sequence): latency by kernel.
-  {
+  if (o.runs("demote")) {
     const std::vector<DemoteKernel> kernels = {DemoteKernel::kAuto, DemoteKernel::kWarpPerRow,
                                                DemoteKernel::kWarpBatched,
                                                DemoteKernel::kRowPerThread};
@@ -501,7 +513,7 @@ int main(int argc, char** argv) {
   // path: float32 FMAs, and bf16 tensor cores with split operands (d 64 / 128).
   double store_int2_gbs = 0.0, store_bf16_gbs = 0.0;
   nlohmann::json stores = nlohmann::json::array(), store_sweep = nlohmann::json::array();
-  {
+  if (o.runs("store")) {
     const int tokens = 32768;
     const std::size_t rows = static_cast<std::size_t>(tokens) * hkv;
     Buffer k(rows * d * 2), v(rows * d * 2), rot(static_cast<std::size_t>(hkv) * d * d * 4),
@@ -729,7 +741,7 @@ int main(int argc, char** argv) {
   // the one before finishes), so that launch costs show. Every layer works on the same cache (L2
   // is not flushed here).
   nlohmann::json decode_steps = nlohmann::json::array();
-  if (o.step_steps > 0) {
+  if (o.step_steps > 0 && o.runs("step")) {
     fmt::print(
         "\ndecode step of {} layers ({}; store: a token a sequence), context {}; us a "
         "step on the host clock over {} steps (calls one by one, one CUDA graph; +PDL: "
