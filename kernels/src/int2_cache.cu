@@ -1906,19 +1906,28 @@ SplitPlan plan_splits(const DecodeParams& p) {
       return std::max(1LL,
                       std::min(free_slots / blocks, (bf16_pages + page_warps - 1) / page_warps));
     };
-    long long tc_splits = tc_splits_for(window_multiprocessors(sms));
-    // At G = 8 a windows page costs a warp about four INT2 tiles (two n-tiles of scores per
-    // head group, latency-bound beside the INT2 stream): when the windows' warps have that much
-    // more to do than the INT2 warps, the windows get twice the SMs if that costs the INT2
-    // kernel at most one split in eight (H100, 64 q / 8 KV heads at batch 1: 32K 41.0 -> 26.2
-    // us, 128K 51.1 -> 42.9; one KV head at d 256 and 128K 34.2 -> 30.1; at 1M, where the INT2
-    // warps have 64 tiles each, widening measured 70.5 -> 78 us and is not chosen).
-    if (group > 4) {
+    // A BF16 window token costs a warp about as much as four INT2 tokens (a 16-token page four
+    // tiles: latency-bound beside the INT2 stream; at G = 8 two n-tiles of scores per head
+    // group): while the windows' warps have more to do than the INT2 warps, the windows get
+    // twice the SMs, if that costs the INT2 kernel at most one split in eight of the first plan.
+    // H200, batch 1, 32 q / 8 KV heads, d 128: 16K 24.9 -> 15.3 us (4 -> 16 SMs), 32K 25.3 ->
+    // 18.0 (8 SMs), page 8 at 16K 28.5 -> 15.5; 128K, where the INT2 warps have 32 tiles each,
+    // stays on 4 SMs (16 SMs measured 32.0 -> 35.3 us, page 8 on 8 SMs 33.5 -> 35.3); 64 q / 8
+    // KV heads 16K 22.9 -> 18.8, 32K 23.5 -> 21.1. H100, 64 q / 8 KV heads: 32K 41.0 -> 26.2 us,
+    // 128K 51.1 -> 42.9; one KV head at d 256 and 128K 34.2 -> 30.1; at 1M (64 tiles a warp)
+    // widening measured 70.5 -> 78 us and is not chosen.
+    long long window_sms = window_multiprocessors(sms);
+    long long tc_splits = tc_splits_for(window_sms);
+    const long long first_tc_splits = tc_splits;
+    for (int doubling = 0; doubling < 3; ++doubling) {
       const long long window_warps = simt_splits_for(tc_splits) * page_warps;
       const long long pages_per_warp = (bf16_pages + window_warps - 1) / window_warps;
       const long long tiles_per_warp = (tiles + tc_splits * warps - 1) / (tc_splits * warps);
-      const long long wider = tc_splits_for(2 * window_multiprocessors(sms));
-      if (4 * pages_per_warp >= tiles_per_warp && 8 * wider >= 7 * tc_splits) tc_splits = wider;
+      const long long wider = tc_splits_for(2 * window_sms);
+      const long long page_cost = pages_per_warp * p.page_size / 4;  // in INT2 tiles
+      if (page_cost < tiles_per_warp || 8 * wider < 7 * first_tc_splits) break;
+      window_sms *= 2;
+      tc_splits = wider;
     }
     plan.tc_splits = static_cast<int>(tc_splits);
     plan.simt_splits = static_cast<int>(simt_splits_for(tc_splits));
