@@ -2,14 +2,17 @@
 # Compiler launcher for the CUDA kernels: runs the compile given after the report directory and
 # keeps ptxas's resource lines (with -Xptxas=-v: registers, stack, spills per kernel) in
 # <report directory>/<object name>.resources, for tests/check_kernel_resources.py; every other
-# line of the compiler's output passes through. Usage: cuda-resources.sh DIR COMPILER ARGS...
+# line of the compiler's output passes through. Usage: cuda-resources.sh DIR [LAUNCHER...] COMPILER
+# ARGS... (the compiler: the first argument naming nvcc).
 set -uo pipefail
 report_dir=$1
 shift
 object=""
 previous=""
+compiler=""
 for arg in "$@"; do
   [ "$previous" = "-o" ] && object=$arg
+  [ -z "$compiler" ] && [[ $arg == *nvcc ]] && compiler=$arg
   previous=$arg
 done
 log=$(mktemp)
@@ -23,7 +26,7 @@ if [ $status -eq 0 ] && [ -n "$object" ]; then
   {
     # The ptxas that made the report (beside the compiler): its register allocation is what the
     # report describes.
-    echo "# ptxas: $("$(dirname "$1")/ptxas" --version 2>/dev/null | grep -m 1 release)"
+    echo "# ptxas: $("$(dirname "${compiler:-$1}")/ptxas" --version 2>/dev/null | grep -m 1 release)"
     grep -E '^ptxas info|^ +[0-9]+ bytes stack frame' "$log"
   } >"$report.tmp"
   mv "$report.tmp" "$report"
