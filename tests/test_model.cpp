@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "oscar/cpu_threads.h"
 #include "oscar/error.h"
 #include "oscar/file.h"
 #include "oscar/model.h"
@@ -275,6 +276,28 @@ torch::Tensor naive_attention(const torch::Tensor& q, const torch::Tensor& k,
   auto kj = torch::arange(Tk).unsqueeze(0);
   s.masked_fill_(kj > qi, -INFINITY);
   return torch::matmul(torch::softmax(s, -1), vd).transpose(1, 2);
+}
+
+// --threads sets LibTorch's pool and, where LibTorch's BLAS is OpenBLAS, OpenBLAS's own pool
+// (which otherwise keeps every core); 0 or less leaves both as they are.
+TEST(CpuThreads, SetsLibTorchAndOpenBlasPools) {
+  const oscar::CpuThreads before = oscar::cpu_threads();
+  ASSERT_GT(before.torch, 0);
+  oscar::set_cpu_threads(1);
+  oscar::CpuThreads now = oscar::cpu_threads();
+  EXPECT_EQ(now.torch, 1);
+  if (before.blas > 0) {
+    EXPECT_EQ(now.blas, 1);
+  }
+  oscar::set_cpu_threads(0);
+  oscar::set_cpu_threads(-3);
+  now = oscar::cpu_threads();
+  EXPECT_EQ(now.torch, 1);
+  if (before.blas > 0) {
+    EXPECT_EQ(now.blas, 1);
+  }
+  oscar::set_cpu_threads(before.torch);
+  EXPECT_EQ(oscar::cpu_threads().torch, before.torch);
 }
 
 TEST(CausalAttention, BlockedMatchesNaiveOnOddShapes) {
