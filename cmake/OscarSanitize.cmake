@@ -21,8 +21,10 @@ elseif(OSCAR_SANITIZE)
   message(STATUS "oscar: sanitizers ${oscar_sanitizers}")
 endif()
 if(OSCAR_SANITIZE_FLAGS)
-  # -g1: line tables for readable reports at little compile-time cost.
+  # -g1: line tables for readable reports at little compile-time cost. The prefix map writes the
+  # source tree's path as "." into them, so the objects do not depend on where the clone is and
+  # ccache shares them between clones (with debug info it otherwise keys on the directory).
   add_compile_options(
-    "$<$<COMPILE_LANGUAGE:C,CXX>:${OSCAR_SANITIZE_FLAGS};-fno-sanitize-recover=all;-fno-omit-frame-pointer;-g1>")
+    "$<$<COMPILE_LANGUAGE:C,CXX>:${OSCAR_SANITIZE_FLAGS};-fno-sanitize-recover=all;-fno-omit-frame-pointer;-g1;-fdebug-prefix-map=${CMAKE_SOURCE_DIR}=.>")
   add_link_options(${OSCAR_SANITIZE_LINK_FLAGS})
 endif()
