@@ -477,33 +477,34 @@ int main(int argc, char** argv) {
   };
   if (o.runs("demote")) {
     fmt::print("\n");
-    const int pages = 16384;
-    const double rows = 2.0 * pages * hkv * ps;
-    demote_gbs = rows * (d * 2 + d / 4 + 4) /
-                 (bench_demotion(pages, 0.96f, 0.96f, DemoteKernel::kAuto) * 1e3);
-  }
-  for (const DemoteKernel kernel : {DemoteKernel::kWarpBatched, DemoteKernel::kRowPerThread}) {
-    if (!o.runs("demote")) break;
-    for (const float v_clip : {0.96f, 0.92f}) bench_demotion(16384, 0.96f, v_clip, kernel);
-  }
-  // Small demotions, a decode step's (a page or a few per sequence): latency by kernel.
-  if (o.runs("demote")) {
-    const std::vector<DemoteKernel> kernels = {DemoteKernel::kAuto, DemoteKernel::kWarpPerRow,
-                                               DemoteKernel::kWarpBatched,
-                                               DemoteKernel::kRowPerThread};
-    fmt::print(
-        "demotion latency by pages (us; clip K 0.96 V 0.92)\n{:>6} {:>8} {:>13} {:>13} "
-        "{:>15}\n",
-        "pages", "auto", "warp-per-row", "warp-batched", "row-per-thread");
-    for (const int pages : {1, 2, 4, 8, 16, 32, 64, 256}) {
-      fmt::print("{:>6}", pages);
-      for (const DemoteKernel kernel : kernels) {
-        fmt::print(" {:>{}.1f}", bench_demotion(pages, 0.96f, 0.92f, kernel, false),
-                   kernel == DemoteKernel::kAuto           ? 8
-                   : kernel == DemoteKernel::kRowPerThread ? 15
-                                                           : 13);
+    {
+      const int pages = 16384;
+      const double rows = 2.0 * pages * hkv * ps;
+      demote_gbs = rows * (d * 2 + d / 4 + 4) /
+                   (bench_demotion(pages, 0.96f, 0.96f, DemoteKernel::kAuto) * 1e3);
+    }
+    for (const DemoteKernel kernel : {DemoteKernel::kWarpBatched, DemoteKernel::kRowPerThread}) {
+      for (const float v_clip : {0.96f, 0.92f}) bench_demotion(16384, 0.96f, v_clip, kernel);
+    }
+    // Small demotions, a decode step's (a page or a few per sequence): latency by kernel.
+    {
+      const std::vector<DemoteKernel> kernels = {DemoteKernel::kAuto, DemoteKernel::kWarpPerRow,
+                                                 DemoteKernel::kWarpBatched,
+                                                 DemoteKernel::kRowPerThread};
+      fmt::print(
+          "demotion latency by pages (us; clip K 0.96 V 0.92)\n{:>6} {:>8} {:>13} {:>13} "
+          "{:>15}\n",
+          "pages", "auto", "warp-per-row", "warp-batched", "row-per-thread");
+      for (const int pages : {1, 2, 4, 8, 16, 32, 64, 256}) {
+        fmt::print("{:>6}", pages);
+        for (const DemoteKernel kernel : kernels) {
+          fmt::print(" {:>{}.1f}", bench_demotion(pages, 0.96f, 0.92f, kernel, false),
+                     kernel == DemoteKernel::kAuto           ? 8
+                     : kernel == DemoteKernel::kRowPerThread ? 15
+                                                             : 13);
+        }
+        fmt::print("\n");
       }
-      fmt::print("\n");
     }
   }
 
