@@ -7,6 +7,8 @@
 set -uo pipefail
 report_dir=$1
 shift
+# An empty launcher (CMAKE_CUDA_COMPILER_LAUNCHER unset: no ccache) arrives as an empty argument.
+while [ $# -gt 0 ] && [ -z "$1" ]; do shift; done
 object=""
 previous=""
 compiler=""
