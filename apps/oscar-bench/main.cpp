@@ -24,6 +24,13 @@
 #include "oscar/kernels/cuda_check.h"
 #include "oscar/kernels/int2_cache.h"
 
+#if OSCAR_DECODE_TRACE
+namespace oscar::kernels {  // timing studies only: int2_cache.cu built with the same switch
+Status decode_trace_clear();
+Status decode_trace_report(const char* label);
+}  // namespace oscar::kernels
+#endif
+
 namespace {
 
 using namespace oscar::kernels;
@@ -396,6 +403,18 @@ int main(int argc, char** argv) {
         p.workspace_bytes = ws_bytes;
         if (decode_attention(p) != Status::kOk) die("int2 decode");
         int2_us = time_us([&] { decode_attention(p); }, o.iters);
+#if OSCAR_DECODE_TRACE
+        {
+          static Buffer scratch(std::size_t(256) << 20);
+          check(cudaDeviceSynchronize(), "trace");
+          if (evict_l2(scratch.ptr, std::size_t(256) << 20, g_evict_mode, nullptr) != Status::kOk ||
+              decode_trace_clear() != Status::kOk || decode_attention(p) != Status::kOk) {
+            die("decode trace");
+          }
+          check(cudaDeviceSynchronize(), "trace");
+          decode_trace_report(fmt::format("batch {} context {}", batch, context).c_str());
+        }
+#endif
         // The CUDA-core path over the same cache, for comparison.
         p.path = DecodePath::kSimt;
         if (decode_attention(p) != Status::kOk) die("int2 decode (simt)");

@@ -68,8 +68,16 @@
 #ifndef OSCAR_STORE_TRACE
 #define OSCAR_STORE_TRACE 0
 #endif
-#if OSCAR_STORE_TRACE
+// A timeline of the decode kernels (OSCAR_DECODE_TRACE=1, timing studies only: oscar-bench built
+// with the same switch prints it after each INT2 point): %globaltimer at fixed points of every
+// block of the tensor-core kernel (and at each warp's loop end) and of the BF16 windows' kernel.
+#ifndef OSCAR_DECODE_TRACE
+#define OSCAR_DECODE_TRACE 0
+#endif
+#if OSCAR_STORE_TRACE || OSCAR_DECODE_TRACE
 #include <cstdio>
+#include <string>
+#include <vector>
 #endif
 
 namespace oscar::kernels {
@@ -94,6 +102,45 @@ __device__ long long g_store_trace[2 * kTraceBlocks * kTraceGroups * kTraceSteps
 #else
 #define OSCAR_TRACE(point) \
   do {                     \
+  } while (0)
+#endif
+
+#if OSCAR_DECODE_TRACE
+constexpr int kDecodeTraceBlocks = 1024, kDecodeTracePoints = 8, kDecodeTraceWarps = 16;
+__device__ unsigned long long g_decode_trace[2][kDecodeTraceBlocks][kDecodeTracePoints];
+__device__ unsigned long long g_decode_trace_warps[kDecodeTraceBlocks][kDecodeTraceWarps];
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ int trace_block() {
+  return (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+}
+// Point `point` of kernel `kernel` (0 tensor cores, 1 BF16 windows), by the block's thread 0.
+#define OSCAR_DECODE_POINT(kernel, point)                                   \
+  do {                                                                      \
+    if (threadIdx.x == 0 && trace_block() < kDecodeTraceBlocks) {           \
+      g_decode_trace[kernel][trace_block()][point] = global_ns();           \
+      if ((point) == 0) {                                                   \
+        unsigned sm;                                                        \
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                     \
+        g_decode_trace[kernel][trace_block()][kDecodeTracePoints - 1] = sm; \
+      }                                                                     \
+    }                                                                       \
+  } while (0)
+#define OSCAR_DECODE_WARP_POINT()                                          \
+  do {                                                                     \
+    if ((threadIdx.x & 31) == 0 && trace_block() < kDecodeTraceBlocks &&   \
+        (threadIdx.x >> 5) < kDecodeTraceWarps)                            \
+      g_decode_trace_warps[trace_block()][threadIdx.x >> 5] = global_ns(); \
+  } while (0)
+#else
+#define OSCAR_DECODE_POINT(kernel, point) \
+  do {                                    \
+  } while (0)
+#define OSCAR_DECODE_WARP_POINT() \
+  do {                            \
   } while (0)
 #endif
 
@@ -801,6 +848,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     decode_kernel(DecodeParams p, float* part_o, SplitPartial* part_ml, SplitRange range,
                   bool bf16_only, MergeCount merge) {
   if (!bf16_only) wait_for_prerequisite_grids();
+  OSCAR_DECODE_POINT(1, 0);
   const int num_splits = range.count;
   using Map = RowMap<D>;
   constexpr int L = Map::kLanesPerRow, R = Map::kRowsPerStep;
@@ -960,8 +1008,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   // Beside the tensor-core kernel, whose last block may merge (and write the output) after this
   // grid is done: one block waits for it, so that this grid, the call's last, completes after it
   // and whatever follows in the stream, however launched, finds the output written.
+  OSCAR_DECODE_POINT(1, 1);
   if (bf16_only && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
     wait_for_prerequisite_grids();
+    OSCAR_DECODE_POINT(1, 2);
   }
 }
 
@@ -989,8 +1039,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 constexpr int kTileTokens = 16;
 // Warps of a tensor-core block: one block per multiprocessor (registers bound it to 512 threads at
 // d <= 128, 256 at d 256), so that a sequence's KV head has few splits and the merge reads little.
+#ifndef OSCAR_TC_WARPS
+#define OSCAR_TC_WARPS 16  // at d <= 128 (a build-time switch for tuning studies)
+#endif
 template <int D>
-inline constexpr int kTcWarps = D >= 256 ? 8 : 16;
+inline constexpr int kTcWarps = D >= 256 ? 8 : OSCAR_TC_WARPS;
 
 __device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t s) {
   std::uint32_t d;
@@ -1137,8 +1190,12 @@ struct TcTile {
 // shape, 128K, same machine: 8 slots 40.0-40.4 us at batch 1 and 241.6-243.1 at batch 8, 4 slots
 // 37.7-38.3 and 238.7-239.5; 3, 5, 6 and 10 slots, measured with a bulk-copy variant, were
 // slower than 4).
+#ifndef OSCAR_TC_STAGES
+#define OSCAR_TC_STAGES 4
+#endif
 template <int D>
-inline constexpr int kTcStages = 4;
+inline constexpr int kTcStages = OSCAR_TC_STAGES;
+static_assert(OSCAR_TC_STAGES >= 3, "at least one tile in flight beside the two computed on");
 
 __device__ __forceinline__ unsigned shared_address(const void* ptr) {
   return static_cast<unsigned>(__cvta_generic_to_shared(ptr));
@@ -1361,6 +1418,7 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   // this grid may read the cache (the work before it done, when this call is launched as a
   // programmatic dependent too).
   wait_then_allow_dependents();
+  OSCAR_DECODE_POINT(0, 0);
   using Map = TcMap<D>;
   constexpr int KT = D / 16;  // k-tiles of S^T = m-tiles of O^T
   constexpr int NS = kTcStages<D>;
@@ -1425,6 +1483,7 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     if (s < count) issue(tile_begin + s, s);
     cp_async_commit();
   }
+  OSCAR_DECODE_POINT(0, 1);
 
   // Query fragment: per head, step = max|q| / 127 and for each element v = q / (step u), u the
   // key register's unit (1 or 4), hi = rint(v) and lo = rint((v - hi) 256), so that
@@ -1476,6 +1535,7 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     qf_sm[word] = packed;
   }
   __syncthreads();
+  OSCAR_DECODE_POINT(0, 2);
   std::uint32_t qf[NT][Map::kKRegs];
   float q_sum_log2[NT], logit_unit[NT];
   {
@@ -1661,6 +1721,7 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   if (count > 0) {
     ScoreAcc s_now, s_next;
     arrive(0);
+    OSCAR_DECODE_POINT(0, 3);
     scores(0, s_now);
     for (int i = 0; i + 1 < count; ++i) {
       arrive(i + 1);
@@ -1678,6 +1739,7 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
       step(count - 1, s_now, std::false_type{});
     }
   }
+  OSCAR_DECODE_WARP_POINT();
   cp_async_wait<0>();
 
   // Per-head sums over the warp's 8 token rows (lanes of equal t).
@@ -1714,13 +1776,16 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     }
   }
   __syncthreads();
+  OSCAR_DECODE_POINT(0, 4);
   write_block_partial<D, G, W>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o, part_ml);
+  OSCAR_DECODE_POINT(0, 5);
   if (merge.counters != nullptr) {
     // Shared memory of the merge: reduce (W * 32 float4), then the weights and head_l.
     auto* const reduce = reinterpret_cast<float4*>(smem);
     merge_when_last<D, G, W>(p, merge, part_o, part_ml, b, kvh, range.offset + split,
                              reinterpret_cast<float*>(reduce + W * 32), reduce);
   }
+  OSCAR_DECODE_POINT(0, 6);
 }
 
 // Log-sum-exp merge of the splits: block per (sequence, q head) of kMergeThreads threads. The
@@ -1900,11 +1965,28 @@ SplitPlan plan_splits(const DecodeParams& p) {
                                      ? std::min<long long>(p.max_bf16_pages_per_sequence, pages)
                                      : pages;
     const long long page_warps = group > 4 ? kDecodeWarps / 2 : kDecodeWarps;
+    // When they do not all fit there (batch 8 and more) they run in waves beside the INT2
+    // blocks, one split each, if those waves end before the INT2 kernel: a page then costs a
+    // windows warp about 1.5 x P / 4 INT2 tiles' time (H200, d 128, batch 8, 128K: 5 pages in
+    // ~20 us against 256 tiles in ~165 us). Otherwise most of them wait for the INT2 blocks to
+    // leave, and their last wave runs after the INT2 kernel: they are then cut into as many
+    // splits as fit the whole GPU in one wave, so that wave is short (H200, batch 8, one split
+    // of 20 pages: the windows ended 17 us after the INT2 kernel at 4K, 16 at 32K, 14 at 128K;
+    // cut in 4: 31.1 -> 24.0, 66.9 -> 59.7, 186.4 -> 179.2 us; at d 256 and 128K, where the
+    // waves end first, 328.0 against 335.6 cut). Their blocks hold 245 registers a thread (d
+    // 128, G 4): two to a multiprocessor.
     auto simt_splits_for = [&](long long tc_splits) {
       const long long tc_sms = (tc_splits * blocks + residency.tc - 1) / residency.tc;
       const long long free_slots = std::max(0LL, sms - tc_sms) * residency.simt;
-      return std::max(1LL,
-                      std::min(free_slots / blocks, (bf16_pages + page_warps - 1) / page_warps));
+      const long long one_page_a_warp = (bf16_pages + page_warps - 1) / page_warps;
+      if (free_slots >= blocks)
+        return std::max(1LL, std::min(free_slots / blocks, one_page_a_warp));
+      const long long tiles_per_warp = (tiles + tc_splits * warps - 1) / (tc_splits * warps);
+      if (free_slots > 0) {
+        const long long waves = (blocks + free_slots - 1) / free_slots;
+        if (waves * one_page_a_warp * 3 * p.page_size <= 7 * tiles_per_warp) return 1LL;
+      }
+      return std::max(1LL, std::min(sms * residency.simt / blocks, one_page_a_warp));
     };
     // A BF16 window token costs a warp about as much as four INT2 tokens (a 16-token page four
     // tiles: latency-bound beside the INT2 stream; at G = 8 two n-tiles of scores per head
@@ -4053,6 +4135,89 @@ Status decode_attention(const DecodeParams& p) {
     set_last_error("decode_attention: no kernel for this shape");
   return launched;
 }
+
+#if OSCAR_DECODE_TRACE
+// Timing studies only (OSCAR_DECODE_TRACE): clears the decode timeline, and prints, in µs from
+// the first block's start, the spread (min / median / max over blocks) of each point.
+Status decode_trace_clear() {
+  static unsigned long long zeros[2 * kDecodeTraceBlocks * kDecodeTracePoints] = {};
+  static unsigned long long warp_zeros[kDecodeTraceBlocks * kDecodeTraceWarps] = {};
+  OSCAR_CUDA_CHECK(cudaMemcpyToSymbol(g_decode_trace, zeros, sizeof(zeros)));
+  OSCAR_CUDA_CHECK(cudaMemcpyToSymbol(g_decode_trace_warps, warp_zeros, sizeof(warp_zeros)));
+  return Status::kOk;
+}
+Status decode_trace_report(const char* label) {
+  static unsigned long long t[2][kDecodeTraceBlocks][kDecodeTracePoints];
+  static unsigned long long w[kDecodeTraceBlocks][kDecodeTraceWarps];
+  OSCAR_CUDA_CHECK(cudaMemcpyFromSymbol(t, g_decode_trace, sizeof(t)));
+  OSCAR_CUDA_CHECK(cudaMemcpyFromSymbol(w, g_decode_trace_warps, sizeof(w)));
+  unsigned long long t0 = ~0ull;
+  for (int k = 0; k < 2; ++k)
+    for (int b = 0; b < kDecodeTraceBlocks; ++b)
+      if (t[k][b][0] != 0) t0 = std::min(t0, t[k][b][0]);
+  if (t0 == ~0ull) return Status::kOk;
+  auto spread = [&](std::vector<double> v) {
+    if (v.empty()) return std::string("-");
+    std::sort(v.begin(), v.end());
+    char text[64];
+    std::snprintf(text, sizeof(text), "%.2f / %.2f / %.2f", v.front(), v[v.size() / 2], v.back());
+    return std::string(text);
+  };
+  auto us = [&](unsigned long long x) { return 1e-3 * static_cast<double>(x - t0); };
+  const char* tc_points[] = {"start",         "first issues", "query built", "first tile",
+                             "loop end (w0)", "partial",      "done"};
+  const char* simt_points[] = {"start", "done", "INT2 waited"};
+  for (int k = 0; k < 2; ++k) {
+    const int points = k == 0 ? 7 : 3;
+    std::printf("trace %s %s kernel:", label, k == 0 ? "INT2" : "windows");
+    int blocks = 0;
+    for (int b = 0; b < kDecodeTraceBlocks; ++b) blocks += t[k][b][0] != 0;
+    std::printf(" %d blocks\n", blocks);
+    for (int q = 0; q < points; ++q) {
+      std::vector<double> v;
+      for (int b = 0; b < kDecodeTraceBlocks; ++b)
+        if (t[k][b][0] != 0 && t[k][b][q] != 0) v.push_back(us(t[k][b][q]));
+      std::printf("  %-14s %s\n", k == 0 ? tc_points[q] : simt_points[q], spread(v).c_str());
+    }
+    if (k == 0) {
+      std::vector<double> first, last, spans;
+      for (int b = 0; b < kDecodeTraceBlocks; ++b) {
+        if (t[0][b][0] == 0) continue;
+        double lo = 1e30, hi = 0;
+        for (int x = 0; x < kDecodeTraceWarps; ++x) {
+          if (w[b][x] == 0) continue;
+          lo = std::min(lo, us(w[b][x]));
+          hi = std::max(hi, us(w[b][x]));
+        }
+        if (hi == 0) continue;
+        first.push_back(lo);
+        last.push_back(hi);
+        spans.push_back(hi - lo);
+      }
+      std::printf("  %-14s %s\n  %-14s %s\n  %-14s %s\n", "warps' 1st end", spread(first).c_str(),
+                  "warps' last end", spread(last).c_str(), "warp spread", spread(spans).c_str());
+      // The slowest and fastest multiprocessors by their block's last warp end.
+      std::vector<std::pair<double, int>> by_sm;
+      for (int b = 0; b < kDecodeTraceBlocks; ++b) {
+        if (t[0][b][0] == 0 || t[0][b][4] == 0) continue;
+        double hi = 0;
+        for (int x = 0; x < kDecodeTraceWarps; ++x)
+          if (w[b][x] != 0) hi = std::max(hi, us(w[b][x]));
+        by_sm.push_back({hi - us(t[0][b][3]), static_cast<int>(t[0][b][kDecodeTracePoints - 1])});
+      }
+      std::sort(by_sm.begin(), by_sm.end());
+      std::printf("  loop time by SM (first tile -> last warp end), fastest:");
+      for (std::size_t i = 0; i < std::min<std::size_t>(6, by_sm.size()); ++i)
+        std::printf(" sm%d %.2f", by_sm[i].second, by_sm[i].first);
+      std::printf("; slowest:");
+      for (std::size_t i = by_sm.size() > 6 ? by_sm.size() - 6 : 0; i < by_sm.size(); ++i)
+        std::printf(" sm%d %.2f", by_sm[i].second, by_sm[i].first);
+      std::printf("\n");
+    }
+  }
+  return Status::kOk;
+}
+#endif
 
 #if OSCAR_STORE_TRACE
 // Timing studies only (OSCAR_STORE_TRACE): clears the store's timeline, and prints the mean
