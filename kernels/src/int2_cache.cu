@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "decode_plan.h"
 #include "oscar/kernels/cuda_check.h"
 #include "oscar/kernels/int2_cache.h"
 
@@ -1917,104 +1918,21 @@ Residency resident_blocks(const DecodeParams& p) {
                           : resident_blocks_page<16>(p.head_dim, group);
 }
 
-// Multiprocessors the split plan keeps free of tensor-core blocks for the BF16 windows' kernel
-// (it runs beside them, started early by programmatic dependent launch): one in 32, 4 on an H100.
-long long window_multiprocessors(long long sms) { return std::max(1LL, sms / 32); }
+using decode_plan::SplitPlan;
 
-// The splits of each kernel: the SIMT kernel over all pages (path kSimt) or over the BF16 pages
-// only, and the tensor-core kernel over the INT2 tiles.
-struct SplitPlan {
-  bool tensor_core = false;
-  int simt_splits = 1, tc_splits = 0;
-  int total() const { return simt_splits + tc_splits; }
-};
-
+// The plan for this device and shape (decode_plan.h).
 SplitPlan plan_splits(const DecodeParams& p) {
-  SplitPlan plan;
-  plan.tensor_core = p.path != DecodePath::kSimt;
-  const long long blocks = std::max(1LL, static_cast<long long>(p.batch) * p.num_kv_heads);
-  // Enough blocks for about four per multiprocessor, but at least two pages per warp.
-  const long long wanted = (4LL * device_multiprocessors() + blocks - 1) / blocks;
-  const long long pages = std::max(0, p.max_pages_per_sequence);
-  if (p.num_splits > 0) {
-    plan.simt_splits = p.num_splits;
-    plan.tc_splits = plan.tensor_core ? p.num_splits : 0;
-    return plan;
-  }
-  plan.simt_splits = static_cast<int>(std::max(1LL, std::min(wanted, pages / (2 * kDecodeWarps))));
-  if (plan.tensor_core) {
-    // Tensor-core blocks: exactly one wave of resident blocks over the whole batch (a partial
-    // second wave would double the time of its blocks), but at least 4 tiles for each warp, and
-    // some multiprocessors left to the BF16 windows' kernel: with a block on every
-    // multiprocessor (few KV heads at batch 1) the windows waited for the INT2 blocks and then
-    // ran on one block (1M tokens, one KV head: 64.9 us, the INT2 kernel alone 37.4 us).
+  decode_plan::DecodeShape shape;
+  shape.multiprocessors = device_multiprocessors();
+  if (p.path != DecodePath::kSimt && p.num_splits <= 0) {
     const Residency residency = resident_blocks(p);
-    const long long sms = device_multiprocessors();
-    const long long tiles = (pages * p.page_size + kTileTokens - 1) / kTileTokens;
-    const long long warps = p.head_dim >= 256 ? kTcWarps<256> : kTcWarps<128>;
-    auto tc_splits_for = [&](long long window_sms) {
-      const long long tc_slots = residency.tc * std::max(1LL, sms - window_sms);
-      return std::max(1LL, std::min(std::max(1LL, tc_slots / blocks), tiles / (4 * warps)));
-    };
-    // The BF16 windows run beside it on the multiprocessors its blocks leave free: as many
-    // splits (up to one page per warp; at G = 8 the two head-group warps share each page) as fit
-    // there at once, since a second wave of these short, latency-bound blocks would outlast the
-    // INT2 kernel at batch 1.
-    const int group = p.num_kv_heads > 0 ? p.num_q_heads / p.num_kv_heads : 1;
-    const long long bf16_pages = p.max_bf16_pages_per_sequence > 0
-                                     ? std::min<long long>(p.max_bf16_pages_per_sequence, pages)
-                                     : pages;
-    const long long page_warps = group > 4 ? kDecodeWarps / 2 : kDecodeWarps;
-    // When they do not all fit there (batch 8 and more) they run in waves beside the INT2
-    // blocks, one split each, if those waves end before the INT2 kernel: a page then costs a
-    // windows warp about 1.5 x P / 4 INT2 tiles' time (H200, d 128, batch 8, 128K: 5 pages in
-    // ~20 us against 256 tiles in ~165 us). Otherwise most of them wait for the INT2 blocks to
-    // leave, and their last wave runs after the INT2 kernel: they are then cut into as many
-    // splits as fit the whole GPU in one wave, so that wave is short (H200, batch 8, one split
-    // of 20 pages: the windows ended 17 us after the INT2 kernel at 4K, 16 at 32K, 14 at 128K;
-    // cut in 4: 31.1 -> 24.0, 66.9 -> 59.7, 186.4 -> 179.2 us; at d 256 and 128K, where the
-    // waves end first, 328.0 against 335.6 cut). Their blocks hold 245 registers a thread (d
-    // 128, G 4): two to a multiprocessor.
-    auto simt_splits_for = [&](long long tc_splits) {
-      const long long tc_sms = (tc_splits * blocks + residency.tc - 1) / residency.tc;
-      const long long free_slots = std::max(0LL, sms - tc_sms) * residency.simt;
-      const long long one_page_a_warp = (bf16_pages + page_warps - 1) / page_warps;
-      if (free_slots >= blocks)
-        return std::max(1LL, std::min(free_slots / blocks, one_page_a_warp));
-      const long long tiles_per_warp = (tiles + tc_splits * warps - 1) / (tc_splits * warps);
-      if (free_slots > 0) {
-        const long long waves = (blocks + free_slots - 1) / free_slots;
-        if (waves * one_page_a_warp * 3 * p.page_size <= 7 * tiles_per_warp) return 1LL;
-      }
-      return std::max(1LL, std::min(sms * residency.simt / blocks, one_page_a_warp));
-    };
-    // A BF16 window token costs a warp about as much as four INT2 tokens (a 16-token page four
-    // tiles: latency-bound beside the INT2 stream; at G = 8 two n-tiles of scores per head
-    // group): while the windows' warps have more to do than the INT2 warps, the windows get
-    // twice the SMs, if that costs the INT2 kernel at most one split in eight of the first plan.
-    // H200, batch 1, 32 q / 8 KV heads, d 128: 16K 24.9 -> 15.3 us (4 -> 16 SMs), 32K 25.3 ->
-    // 18.0 (8 SMs), page 8 at 16K 28.5 -> 15.5; 128K, where the INT2 warps have 32 tiles each,
-    // stays on 4 SMs (16 SMs measured 32.0 -> 35.3 us, page 8 on 8 SMs 33.5 -> 35.3); 64 q / 8
-    // KV heads 16K 22.9 -> 18.8, 32K 23.5 -> 21.1. H100, 64 q / 8 KV heads: 32K 41.0 -> 26.2 us,
-    // 128K 51.1 -> 42.9; one KV head at d 256 and 128K 34.2 -> 30.1; at 1M (64 tiles a warp)
-    // widening measured 70.5 -> 78 us and is not chosen.
-    long long window_sms = window_multiprocessors(sms);
-    long long tc_splits = tc_splits_for(window_sms);
-    const long long first_tc_splits = tc_splits;
-    for (int doubling = 0; doubling < 3; ++doubling) {
-      const long long window_warps = simt_splits_for(tc_splits) * page_warps;
-      const long long pages_per_warp = (bf16_pages + window_warps - 1) / window_warps;
-      const long long tiles_per_warp = (tiles + tc_splits * warps - 1) / (tc_splits * warps);
-      const long long wider = tc_splits_for(2 * window_sms);
-      const long long page_cost = pages_per_warp * p.page_size / 4;  // in INT2 tiles
-      if (page_cost < tiles_per_warp || 8 * wider < 7 * first_tc_splits) break;
-      window_sms *= 2;
-      tc_splits = wider;
-    }
-    plan.tc_splits = static_cast<int>(tc_splits);
-    plan.simt_splits = static_cast<int>(simt_splits_for(tc_splits));
+    shape.tc_blocks = residency.tc;
+    shape.simt_blocks = residency.simt;
   }
-  return plan;
+  shape.tc_warps = p.head_dim >= 256 ? kTcWarps<256> : kTcWarps<128>;
+  shape.simt_warps = kDecodeWarps;
+  shape.tile_tokens = kTileTokens;
+  return decode_plan::plan_splits(p, shape);
 }
 
 // Partial results a single block merges in one level, at most (bytes per (sequence, KV head)):
