@@ -130,9 +130,18 @@ class ProfileRange {
 // --flush write memsets instead, and the timed run then also pays for writing ~50 MB of dirty
 // lines back. scripts/gpu/bench_sdpa.py times torch the same way.
 // `stream`: where fn launches (the events go there too); flush_l2 false keeps L2 as fn left it.
+// Streams 256 MiB through L2 on `stream` (read, or written with --flush write), so that what
+// runs next reads its data from HBM.
+void flush_l2_cache(cudaStream_t stream) {
+  constexpr std::size_t kBytes = std::size_t(256) << 20;
+  static Buffer scratch(kBytes);
+  if (evict_l2(scratch.ptr, kBytes, g_evict_mode, stream) != Status::kOk) {
+    check(cudaGetLastError(), "L2 flush");
+  }
+}
+
 template <typename Fn>
 double time_us(Fn&& fn, int iters, cudaStream_t stream = nullptr, bool flush_l2 = true) {
-  static Buffer flush(std::size_t(256) << 20);
   for (int i = 0; i < 3; ++i) fn();
   check(cudaDeviceSynchronize(), "warm-up");
   cudaEvent_t start, stop;
@@ -140,10 +149,7 @@ double time_us(Fn&& fn, int iters, cudaStream_t stream = nullptr, bool flush_l2 
   cudaEventCreate(&stop);
   std::vector<float> ms;
   for (int i = 0; i < iters; ++i) {
-    if (flush_l2 &&
-        evict_l2(flush.ptr, std::size_t(256) << 20, g_evict_mode, stream) != Status::kOk) {
-      check(cudaGetLastError(), "L2 flush");
-    }
+    if (flush_l2) flush_l2_cache(stream);
     cudaEventRecord(start, stream);
     fn();
     cudaEventRecord(stop, stream);
@@ -405,10 +411,9 @@ int main(int argc, char** argv) {
         int2_us = time_us([&] { decode_attention(p); }, o.iters);
 #if OSCAR_DECODE_TRACE
         {
-          static Buffer scratch(std::size_t(256) << 20);
           check(cudaDeviceSynchronize(), "trace");
-          if (evict_l2(scratch.ptr, std::size_t(256) << 20, g_evict_mode, nullptr) != Status::kOk ||
-              decode_trace_clear() != Status::kOk || decode_attention(p) != Status::kOk) {
+          flush_l2_cache(nullptr);
+          if (decode_trace_clear() != Status::kOk || decode_attention(p) != Status::kOk) {
             die("decode trace");
           }
           check(cudaDeviceSynchronize(), "trace");

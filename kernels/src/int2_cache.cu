@@ -1919,6 +1919,9 @@ Residency resident_blocks(const DecodeParams& p) {
 }
 
 using decode_plan::SplitPlan;
+static_assert(decode_plan::DecodeShape{}.simt_warps == kDecodeWarps &&
+                  decode_plan::DecodeShape{}.tile_tokens == kTileTokens,
+              "the plan's default shape (tests/test_decode_plan.cpp) is this build's");
 
 // The plan for this device and shape (decode_plan.h).
 SplitPlan plan_splits(const DecodeParams& p) {
@@ -4098,7 +4101,10 @@ Status decode_trace_report(const char* label) {
       std::printf("  %-14s %s\n", k == 0 ? tc_points[q] : simt_points[q], spread(v).c_str());
     }
     if (k == 0) {
+      // Per block: its warps' first and last loop ends, and its loop time (first tile -> last
+      // warp end) with its multiprocessor.
       std::vector<double> first, last, spans;
+      std::vector<std::pair<double, int>> by_sm;
       for (int b = 0; b < kDecodeTraceBlocks; ++b) {
         if (t[0][b][0] == 0) continue;
         double lo = 1e30, hi = 0;
@@ -4111,18 +4117,12 @@ Status decode_trace_report(const char* label) {
         first.push_back(lo);
         last.push_back(hi);
         spans.push_back(hi - lo);
+        if (t[0][b][3] != 0) {
+          by_sm.push_back({hi - us(t[0][b][3]), static_cast<int>(t[0][b][kDecodeTracePoints - 1])});
+        }
       }
       std::printf("  %-14s %s\n  %-14s %s\n  %-14s %s\n", "warps' 1st end", spread(first).c_str(),
                   "warps' last end", spread(last).c_str(), "warp spread", spread(spans).c_str());
-      // The slowest and fastest multiprocessors by their block's last warp end.
-      std::vector<std::pair<double, int>> by_sm;
-      for (int b = 0; b < kDecodeTraceBlocks; ++b) {
-        if (t[0][b][0] == 0 || t[0][b][4] == 0) continue;
-        double hi = 0;
-        for (int x = 0; x < kDecodeTraceWarps; ++x)
-          if (w[b][x] != 0) hi = std::max(hi, us(w[b][x]));
-        by_sm.push_back({hi - us(t[0][b][3]), static_cast<int>(t[0][b][kDecodeTracePoints - 1])});
-      }
       std::sort(by_sm.begin(), by_sm.end());
       std::printf("  loop time by SM (first tile -> last warp end), fastest:");
       for (std::size_t i = 0; i < std::min<std::size_t>(6, by_sm.size()); ++i)
