@@ -107,7 +107,10 @@ __device__ long long g_store_trace[2 * kTraceBlocks * kTraceGroups * kTraceSteps
 #endif
 
 #if OSCAR_DECODE_TRACE
-constexpr int kDecodeTraceBlocks = 1024, kDecodeTracePoints = 8, kDecodeTraceWarps = 16;
+// Points 0-6: the kernel's own (decode_trace_report names them); 7 and 8: the merging block's
+// count done and its split weights in shared memory; the last slot: the block's multiprocessor.
+constexpr int kDecodeTraceBlocks = 1024, kDecodeTracePoints = 10, kDecodeTraceWarps = 16;
+constexpr int kMergeCountedPoint = 7, kMergeWeightsPoint = 8;
 __device__ unsigned long long g_decode_trace[2][kDecodeTraceBlocks][kDecodeTracePoints];
 __device__ unsigned long long g_decode_trace_warps[kDecodeTraceBlocks][kDecodeTraceWarps];
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -639,6 +642,52 @@ __device__ __forceinline__ bool counts_last(unsigned* counter, int expected) {
   return last;
 }
 
+// One-level merges of at most kMaxMergeGroups slots count by ticket: each block takes its place
+// in the count of its (sequence, KV head) once its warps are done, before it writes its partial
+// result (a relaxed count, so its round trip overlaps the block's combine). The other blocks then
+// publish their (max, sum) pairs in ready slots of the zeroed counter region (a release store per
+// head after the block's writes; a real pair is never all zero bits: an empty split's max is
+// -inf, any other's sum is at least 1), and the block of the last ticket waits on those slots
+// (acquire loads, most of them set long before), clears them for the next call, and only then
+// reads the partial outputs. The last block thereby neither orders its own writes ahead of the
+// count nor waits for the count after them, and its wait is also its read of the pairs. It waits
+// only on blocks that took their tickets before it, which are running and wait on nothing.
+// OSCAR_MERGE_TICKETS=0 counts after the write in every merge (counts_last), for timing studies.
+#ifndef OSCAR_MERGE_TICKETS
+#define OSCAR_MERGE_TICKETS 1
+#endif
+__host__ __device__ inline bool merges_by_ticket(const MergeCount& merge) {
+  return OSCAR_MERGE_TICKETS && merge.counters != nullptr && merge.group == 0 &&
+         merge.blocks <= kMaxMergeGroups;
+}
+// The counter region in words: a pair counter and kMaxMergeGroups group counters per (sequence,
+// KV head), then (8-byte aligned) the ready slots, [pairs][G][kMaxMergeGroups] (max, sum) pairs.
+__host__ __device__ inline std::size_t ready_slots_offset(std::size_t pairs) {
+  return (pairs * (1 + kMaxMergeGroups) + 1) / 2 * 2;
+}
+// The block's ticket (the count before its own) in thread 0, 0 elsewhere; called by every block
+// of a merge by ticket once its warps' results are in shared memory, before it writes them.
+__device__ __forceinline__ unsigned take_merge_ticket(const MergeCount& merge, int b, int kvh) {
+  unsigned before = 0;
+  if (merges_by_ticket(merge) && threadIdx.x == 0) {
+    asm volatile("atom.relaxed.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(before)
+                 : "l"(merge.counters + b * gridDim.y + kvh), "r"(unsigned(merge.blocks - 1))
+                 : "memory");
+  }
+  return before;
+}
+// Waits for a ready slot's (max, sum) pair, reads it and clears the slot.
+__device__ __forceinline__ float2 wait_ready_pair(unsigned long long* slot) {
+  unsigned long long bits = 0;
+  do {
+    asm volatile("ld.acquire.gpu.global.b64 %0, [%1];" : "=l"(bits) : "l"(slot) : "memory");
+  } while (bits == 0);
+  *slot = 0;
+  return make_float2(__uint_as_float(static_cast<unsigned>(bits)),
+                     __uint_as_float(static_cast<unsigned>(bits >> 32)));
+}
+
 // Log-sum-exp merge, by the whole block, of `count` partial results of each of the G heads of
 // (b, kvh): the slots first, first + stride, ... of `total`. to_output: the normalized result
 // goes to p.out; otherwise the merged (max, sum) and unnormalized output go to slot `first`, a
@@ -648,11 +697,16 @@ __device__ __forceinline__ bool counts_last(unsigned* counter, int expected) {
 // and are summed through `reduce`. A small merge (one batch a thread) issues its column loads
 // before the (max, sum) pairs' single pass, so it costs one L2 round trip (one KV head at d 256:
 // 37.1 -> 34.8 us at 128K batch 1; GQA 8: 51.7 -> 50.8; no change for the Qwen3-8B shape).
+// In a merge by ticket (`ready` not null, count <= 32) the (max, sum) pairs come from the ready
+// slots (waited for, then cleared) and the block's own from `own_ml`, and the partial outputs are
+// read only after them.
 constexpr int kMergeBatch = 8;
 template <int D, int G, int W>
 __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartial* part_ml, int b,
                                int kvh, int total, int first, int count, int stride, bool to_output,
-                               float* weight, float* head_l, float4* reduce) {
+                               float* weight, float* head_l, float4* reduce,
+                               unsigned long long* ready = nullptr, int own_slot = -1,
+                               const SplitPartial* own_ml = nullptr) {
   constexpr int kThreads = W * 32, kColumns = G * D / 4;
   constexpr int kParts = kThreads >= 2 * kColumns ? kThreads / kColumns : 1;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -662,8 +716,8 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
   // before the weights are computed, so their L2 round trip overlaps that of the (max, sum) pairs.
   const int column0 =
       kParts > 1 ? static_cast<int>(threadIdx.x) % kColumns : static_cast<int>(threadIdx.x);
-  const bool prefetched =
-      kColumns <= kThreads && part < kParts && column0 < kColumns && count <= kParts * kMergeBatch;
+  const bool prefetched = ready == nullptr && kColumns <= kThreads && part < kParts &&
+                          column0 < kColumns && count <= kParts * kMergeBatch;
   // The same loads as the column loop below, written out in both places: one shared lambda
   // raised the tensor-core kernel from 111 to 120 registers (d 128, G 4).
   float4 x0[kMergeBatch];
@@ -684,9 +738,13 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
     if (count <= 32) {
       // One (max, sum) pair a lane: one round trip.
       float2 pair = make_float2(-INFINITY, 0.0f);
-      if (lane < count) {
+      if (lane < count && ready == nullptr) {
         pair =
             __ldcg(reinterpret_cast<const float2*>(&ml[static_cast<std::int64_t>(lane) * stride]));
+      } else if (lane == own_slot) {
+        pair = make_float2(own_ml[g].m, own_ml[g].l);
+      } else if (lane < count) {
+        pair = wait_ready_pair(ready + g * kMaxMergeGroups + lane);
       }
       m = pair.x;
       for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, off));
@@ -716,6 +774,7 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
     }
   }
   __syncthreads();
+  if (to_output) OSCAR_DECODE_POINT(W == kDecodeWarps ? 1 : 0, kMergeWeightsPoint);
   auto finish = [&](int column, float4 o) {
     const int g = column / (D / 4), e = column % (D / 4) * 4;
     if (to_output) {
@@ -785,17 +844,44 @@ __host__ __device__ inline int merge_width(int blocks, int group) {
   return group == 0 ? blocks : max(group, (blocks + group - 1) / group);
 }
 
-// Counts the block's split slot and merges when it is the last: in one level, or in two (see
-// MergeCount). Shared memory: `weight` holds G * (merge_width + 1) floats, `reduce` W * 32.
+// Counts the block's split slot and merges when it is the last: by ticket, in one level, or in
+// two (see MergeCount). `ticket`: take_merge_ticket's; `block_ml`: the block's (max, sum) pairs
+// in shared memory (write_block_partial's, in a merge by ticket). Shared memory: `weight` holds
+// G * (merge_width + 1) floats, `reduce` W * 32.
 template <int D, int G, int W>
 __device__ void merge_when_last(const DecodeParams& p, const MergeCount& merge, float* part_o,
-                                SplitPartial* part_ml, int b, int kvh, int slot, float* weight,
-                                float4* reduce) {
+                                SplitPartial* part_ml, int b, int kvh, int slot, unsigned ticket,
+                                const SplitPartial* block_ml, float* weight, float4* reduce) {
   float* const head_l = weight + G * merge_width(merge.blocks, merge.group);
   const int pair = b * gridDim.y + kvh, pairs = gridDim.y * gridDim.z;
   unsigned* const pair_counter = merge.counters + pair;
+  if (merges_by_ticket(merge)) {
+    __shared__ bool last;
+    unsigned long long* const ready =
+        reinterpret_cast<unsigned long long*>(merge.counters + ready_slots_offset(pairs)) +
+        static_cast<std::size_t>(pair) * G * kMaxMergeGroups;
+    if (threadIdx.x == 0) last = ticket == static_cast<unsigned>(merge.blocks - 1);
+    __syncthreads();  // the block's partial written (before the releases below)
+    if (!last) {
+      if (threadIdx.x < G) {
+        const SplitPartial ml = block_ml[threadIdx.x];
+        const unsigned long long bits =
+            static_cast<unsigned long long>(__float_as_uint(ml.l)) << 32 | __float_as_uint(ml.m);
+        asm volatile("st.release.gpu.global.b64 [%0], %1;" ::"l"(
+                         ready + threadIdx.x * kMaxMergeGroups + slot),
+                     "l"(bits)
+                     : "memory");
+      }
+      return;
+    }
+    OSCAR_DECODE_POINT(W == kDecodeWarps ? 1 : 0, kMergeCountedPoint);
+    merge_partials<D, G, W>(p, part_o, part_ml, b, kvh, merge.blocks, 0, merge.blocks, 1, true,
+                            weight, head_l, reduce, ready, slot, block_ml);
+    return;
+  }
   if (merge.group == 0) {
     if (counts_last(pair_counter, merge.blocks)) {
+      OSCAR_DECODE_POINT(W == kDecodeWarps ? 1 : 0, kMergeCountedPoint);
       merge_partials<D, G, W>(p, part_o, part_ml, b, kvh, merge.blocks, 0, merge.blocks, 1, true,
                               weight, head_l, reduce);
     }
@@ -817,11 +903,13 @@ __device__ void merge_when_last(const DecodeParams& p, const MergeCount& merge, 
 
 // Combines the W warps of a block (each with its running max and sum per head and its output rows
 // in sm_o) into the block's partial result for its split.
+// block_ml not null (a merge by ticket): the (max, sum) pairs go there (shared memory, one a
+// head) instead of part_ml.
 template <int D, int G, int W>
 __device__ void write_block_partial(const DecodeParams& p, const float (&sm_m)[W][G],
                                     const float (&sm_l)[W][G], const float (&sm_o)[W][G][D], int b,
                                     int kvh, int split, SplitRange range, float* part_o,
-                                    SplitPartial* part_ml) {
+                                    SplitPartial* part_ml, SplitPartial* block_ml) {
   for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
     const int g = idx / D, e = idx % D;
     float m = -INFINITY;
@@ -837,7 +925,13 @@ __device__ void write_block_partial(const DecodeParams& p, const float (&sm_m)[W
     const std::int64_t head = static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + g;
     const std::int64_t slot = head * range.total + range.offset + split;
     part_o[slot * D + e] = o;
-    if (e == 0) part_ml[slot] = {m, l};
+    if (e == 0) {
+      if (block_ml != nullptr) {
+        block_ml[g] = {m, l};
+      } else {
+        part_ml[slot] = {m, l};
+      }
+    }
   }
 }
 
@@ -999,12 +1093,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     }
   }
   __syncthreads();
+  const unsigned ticket = take_merge_ticket(merge, b, kvh);
+  __shared__ SplitPartial block_ml[G];
   write_block_partial<D, G, kDecodeWarps>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o,
-                                          part_ml);
+                                          part_ml, merges_by_ticket(merge) ? block_ml : nullptr);
+  OSCAR_DECODE_POINT(1, 3);
   if (merge.counters != nullptr) {
     __shared__ float4 merge_reduce[kDecodeWarps * 32];
     merge_when_last<D, G, kDecodeWarps>(p, merge, part_o, part_ml, b, kvh, range.offset + split,
-                                        &sm_o[0][0][0], merge_reduce);
+                                        ticket, block_ml, &sm_o[0][0][0], merge_reduce);
   }
   // Beside the tensor-core kernel, whose last block may merge (and write the output) after this
   // grid is done: one block waits for it, so that this grid, the call's last, completes after it
@@ -1239,6 +1336,15 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+#ifndef OSCAR_TABLE_PREFETCH
+#define OSCAR_TABLE_PREFETCH 1
+#endif
+// Brings the 128-byte line holding `address` into this multiprocessor's L1 (a hint: no fault, no
+// wait).
+__device__ __forceinline__ void prefetch_l1(const void* address) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(address));
+}
+
 // The pages of a tile: one page of 16 tokens, or two of 8 (the second only when the history
 // reaches it, so the block table is never read past its end).
 template <int P>
@@ -1453,6 +1559,30 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
         p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + warp) * D)[lane];
   }
 
+  // The block-table lines the warp's first page reads will touch, prefetched while the length is
+  // read: its tile range worked out from the host's bound on the pages (max_pages_per_sequence,
+  // exact for a sequence of that length but for its BF16 pages, whose tiles shift the ranges by a
+  // few tiles: 64 tiles either side are taken), so that those reads find the table in L1 instead
+  // of memory, a round trip fewer before the first tile. A loose bound only wastes the prefetches.
+  // OSCAR_TABLE_PREFETCH=0 leaves them out, for timing studies.
+  const std::int32_t* table =
+      p.int2_block_table + static_cast<std::int64_t>(b) * p.int2_table_stride;
+  if (OSCAR_TABLE_PREFETCH) {
+    constexpr int kEntriesPerTile = kTileTokens / P, kEntriesPerLine = 32;
+    const long long bound_tiles =
+        (static_cast<long long>(max(p.max_pages_per_sequence, 0)) * P + kTileTokens - 1) /
+        kTileTokens;
+    const long long split_tiles = (bound_tiles + range.count - 1) / range.count;
+    const long long begin =
+        split * split_tiles + warp * ((split_tiles + W - 1) / W);  // the warp's first tile
+    const long long first_line = max(0LL, (begin - 64) * kEntriesPerTile) / kEntriesPerLine;
+    const long long line = first_line + lane;
+    if (lane < (128 * kEntriesPerTile) / kEntriesPerLine + 1 &&
+        line * kEntriesPerLine < p.int2_table_stride) {
+      prefetch_l1(table + line * kEntriesPerLine);
+    }
+  }
+
   // The split's tiles, then the warp's contiguous share of them.
   const int int2_len = p.int2_len[b];
   const int tiles = (int2_len + kTileTokens - 1) / kTileTokens;
@@ -1462,8 +1592,6 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   const int tile_begin = split_begin + warp * per_warp;
   const int tile_end = min(split_end, tile_begin + per_warp);
   const int count = max(0, tile_end - tile_begin);
-  const std::int32_t* table =
-      p.int2_block_table + static_cast<std::int64_t>(b) * p.int2_table_stride;
 
   TileCopy<D, P> copy;
   copy.init(p, kvh, lane);
@@ -1778,13 +1906,16 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   }
   __syncthreads();
   OSCAR_DECODE_POINT(0, 4);
-  write_block_partial<D, G, W>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o, part_ml);
+  const unsigned ticket = take_merge_ticket(merge, b, kvh);
+  __shared__ SplitPartial block_ml[G];
+  write_block_partial<D, G, W>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o, part_ml,
+                               merges_by_ticket(merge) ? block_ml : nullptr);
   OSCAR_DECODE_POINT(0, 5);
   if (merge.counters != nullptr) {
     // Shared memory of the merge: reduce (W * 32 float4), then the weights and head_l.
     auto* const reduce = reinterpret_cast<float4*>(smem);
-    merge_when_last<D, G, W>(p, merge, part_o, part_ml, b, kvh, range.offset + split,
-                             reinterpret_cast<float*>(reduce + W * 32), reduce);
+    merge_when_last<D, G, W>(p, merge, part_o, part_ml, b, kvh, range.offset + split, ticket,
+                             block_ml, reinterpret_cast<float*>(reduce + W * 32), reduce);
   }
   OSCAR_DECODE_POINT(0, 6);
 }
@@ -3984,10 +4115,15 @@ Status prepare_store_kv(const StoreKvParams& p, void* prepared) {
 int decode_num_splits(const DecodeParams& p) { return plan_splits(p).total(); }
 
 std::size_t decode_counter_bytes(const DecodeParams& p) {
-  // A counter per (sequence, KV head) and kMaxMergeGroups more for two-level merges (MergeCount).
-  const std::size_t bytes = static_cast<std::size_t>(p.batch) *
-                            static_cast<std::size_t>(p.num_kv_heads) * (1 + kMaxMergeGroups) *
-                            sizeof(unsigned);
+  // A counter per (sequence, KV head) and kMaxMergeGroups more for two-level merges, then the
+  // ready slots of merges by ticket: a (max, sum) pair per q head and slot (merges_by_ticket).
+  const std::size_t pairs = static_cast<std::size_t>(std::max(p.batch, 0)) *
+                            static_cast<std::size_t>(std::max(p.num_kv_heads, 0));
+  const std::size_t group =
+      p.num_kv_heads > 0 ? static_cast<std::size_t>(std::max(p.num_q_heads, 0) / p.num_kv_heads)
+                         : 0;
+  const std::size_t bytes = ready_slots_offset(pairs) * sizeof(unsigned) +
+                            pairs * group * kMaxMergeGroups * sizeof(unsigned long long);
   return (bytes + 255) / 256 * 256;
 }
 
@@ -4087,9 +4223,9 @@ Status decode_trace_report(const char* label) {
   auto us = [&](unsigned long long x) { return 1e-3 * static_cast<double>(x - t0); };
   const char* tc_points[] = {"start",         "first issues", "query built", "first tile",
                              "loop end (w0)", "partial",      "done"};
-  const char* simt_points[] = {"start", "done", "INT2 waited"};
+  const char* simt_points[] = {"start", "done", "INT2 waited", "partial"};
   for (int k = 0; k < 2; ++k) {
-    const int points = k == 0 ? 7 : 3;
+    const int points = k == 0 ? 7 : 4;
     std::printf("trace %s %s kernel:", label, k == 0 ? "INT2" : "windows");
     int blocks = 0;
     for (int b = 0; b < kDecodeTraceBlocks; ++b) blocks += t[k][b][0] != 0;
@@ -4099,6 +4235,14 @@ Status decode_trace_report(const char* label) {
       for (int b = 0; b < kDecodeTraceBlocks; ++b)
         if (t[k][b][0] != 0 && t[k][b][q] != 0) v.push_back(us(t[k][b][q]));
       std::printf("  %-14s %s\n", k == 0 ? tc_points[q] : simt_points[q], spread(v).c_str());
+    }
+    // The merging blocks: their partial (INT2 kernel) or done point, their count done, their
+    // split weights in shared memory, and their end.
+    for (int b = 0; b < kDecodeTraceBlocks; ++b) {
+      if (t[k][b][0] == 0 || t[k][b][kMergeCountedPoint] == 0) continue;
+      std::printf("  merging block %d: written %.2f, counted %.2f, weights %.2f, merged %.2f\n", b,
+                  us(t[k][b][k == 0 ? 5 : 3]), us(t[k][b][kMergeCountedPoint]),
+                  us(t[k][b][kMergeWeightsPoint]), us(t[k][b][k == 0 ? 6 : 1]));
     }
     if (k == 0) {
       // Per block: its warps' first and last loop ends, and its loop time (first tile -> last
