@@ -654,7 +654,7 @@ __device__ __forceinline__ bool counts_last(unsigned* counter, int expected) {
 // only on blocks that took their tickets before it, which are running and wait on nothing.
 // OSCAR_MERGE_TICKETS=0 counts after the write in every merge (counts_last), for timing studies.
 #ifndef OSCAR_MERGE_TICKETS
-#define OSCAR_MERGE_TICKETS 1
+#define OSCAR_MERGE_TICKETS 0
 #endif
 __host__ __device__ inline bool merges_by_ticket(const MergeCount& merge) {
   return OSCAR_MERGE_TICKETS && merge.counters != nullptr && merge.group == 0 &&
@@ -1339,6 +1339,7 @@ __device__ __forceinline__ void cp_async_wait() {
 #ifndef OSCAR_TABLE_PREFETCH
 #define OSCAR_TABLE_PREFETCH 1
 #endif
+constexpr long long kTablePrefetchMinTokens = 32768;  // see the prefetch in decode_int2_tc_kernel
 // Brings the 128-byte line holding `address` into this multiprocessor's L1 (a hint: no fault, no
 // wait).
 __device__ __forceinline__ void prefetch_l1(const void* address) {
@@ -1564,10 +1565,13 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   // exact for a sequence of that length but for its BF16 pages, whose tiles shift the ranges by a
   // few tiles: 64 tiles either side are taken), so that those reads find the table in L1 instead
   // of memory, a round trip fewer before the first tile. A loose bound only wastes the prefetches.
-  // OSCAR_TABLE_PREFETCH=0 leaves them out, for timing studies.
+  // Only for long histories (bound of 32K tokens or more): there it took 1-2% off batches 8 and
+  // 32 at 128K on the H200, neutral at 32K; at 4K, batch 1, it cost up to 0.7 us in one of two
+  // builds. OSCAR_TABLE_PREFETCH=0 leaves them out, for timing studies.
   const std::int32_t* table =
       p.int2_block_table + static_cast<std::int64_t>(b) * p.int2_table_stride;
-  if (OSCAR_TABLE_PREFETCH) {
+  if (OSCAR_TABLE_PREFETCH &&
+      static_cast<long long>(p.max_pages_per_sequence) * P >= kTablePrefetchMinTokens) {
     constexpr int kEntriesPerTile = kTileTokens / P, kEntriesPerLine = 32;
     const long long bound_tiles =
         (static_cast<long long>(max(p.max_pages_per_sequence, 0)) * P + kTileTokens - 1) /
