@@ -4119,15 +4119,17 @@ Status prepare_store_kv(const StoreKvParams& p, void* prepared) {
 int decode_num_splits(const DecodeParams& p) { return plan_splits(p).total(); }
 
 std::size_t decode_counter_bytes(const DecodeParams& p) {
-  // A counter per (sequence, KV head) and kMaxMergeGroups more for two-level merges, then the
-  // ready slots of merges by ticket: a (max, sum) pair per q head and slot (merges_by_ticket).
+  // A counter per (sequence, KV head) and kMaxMergeGroups more for two-level merges, then, in a
+  // build with merges by ticket, their ready slots: a (max, sum) pair per q head and slot.
   const std::size_t pairs = static_cast<std::size_t>(std::max(p.batch, 0)) *
                             static_cast<std::size_t>(std::max(p.num_kv_heads, 0));
   const std::size_t group =
       p.num_kv_heads > 0 ? static_cast<std::size_t>(std::max(p.num_q_heads, 0) / p.num_kv_heads)
                          : 0;
-  const std::size_t bytes = ready_slots_offset(pairs) * sizeof(unsigned) +
-                            pairs * group * kMaxMergeGroups * sizeof(unsigned long long);
+  const std::size_t bytes = OSCAR_MERGE_TICKETS
+                                ? ready_slots_offset(pairs) * sizeof(unsigned) +
+                                      pairs * group * kMaxMergeGroups * sizeof(unsigned long long)
+                                : pairs * (1 + kMaxMergeGroups) * sizeof(unsigned);
   return (bytes + 255) / 256 * 256;
 }
 
