@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the relative links of the project's Markdown (README.md, docs/, zoo/, datasets/).
+"""Checks the relative links and images of the project's Markdown (README.md, docs/, zoo/, ...).
 
 Every link that is not a URL must name a file or folder of the checkout, and a `#fragment` must
 be the GitHub anchor of a heading of its target (lower case, punctuation but '-' and '_' dropped,
@@ -10,7 +10,7 @@ import os
 import re
 import sys
 
-LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+LINK = re.compile(r"\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
