@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
+from xml.sax.saxutils import escape
 
 COLORS = {"sdpa": "#c44e52", "bf16": "#dd8452", "simt": "#8172b3", "int2": "#4c72b0"}
 LABELS = {"sdpa": "torch SDPA flash (BF16)", "bf16": "own BF16 kernel",
@@ -34,10 +35,6 @@ def load(path):
         fail(f"cannot read {path}: {e}")
 
 
-def escape(text):
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def context_label(tokens):
     return f"{tokens // 1024}K" if tokens % 1024 == 0 else str(tokens)
 
@@ -45,9 +42,9 @@ def context_label(tokens):
 def panel(batch, rows, sdpa, x0):
     """One batch's chart at x offset x0, its y axis (log) spanning its own values."""
     contexts = [r["context"] for r in rows]
-    values = [v for r in rows for v in (r["bf16_us"], r["int2_us"], r["int2_simt_us"]) if v > 0]
-    values += [sdpa[(batch, c)] for c in contexts if (batch, c) in sdpa]
-    lo, hi = math.log10(min(values)) - 0.12, math.log10(max(values)) + 0.05
+    times = [v for r in rows for v in (r["bf16_us"], r["int2_us"], r["int2_simt_us"]) if v > 0]
+    times += [sdpa[(batch, c)] for c in contexts if (batch, c) in sdpa]
+    lo, hi = math.log10(min(times)) - 0.12, math.log10(max(times)) + 0.05
     plot_w, plot_h = PANEL_W - LEFT - 10, PANEL_H - TOP - BOTTOM
     c_lo, c_hi = math.log2(contexts[0]), math.log2(contexts[-1])
 

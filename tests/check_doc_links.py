@@ -6,6 +6,7 @@ be the GitHub anchor of a heading of its target (lower case, punctuation but '-'
 spaces as '-', repeats numbered -1, -2, ...). Exit status 1 lists the broken links.
 Usage: check_doc_links.py [ROOT]   (ROOT: the checkout, default: this file's parent's parent)
 """
+import functools
 import os
 import re
 import sys
@@ -16,7 +17,7 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def strip_code(lines):
-    """The lines outside fenced code blocks, with inline code spans removed."""
+    """The lines, with those of fenced code blocks blanked (line numbers stay)."""
     out, fenced = [], False
     for line in lines:
         if FENCE.match(line):
@@ -35,26 +36,21 @@ def slug(text):
     return text.replace(" ", "-")
 
 
-_anchors = {}
-
-
+@functools.lru_cache(maxsize=None)
 def anchors(path):
     """The anchors of the headings of the Markdown file at `path`."""
-    cache = _anchors
-    if path not in cache:
-        seen, found = {}, set()
-        with open(path, encoding="utf-8") as f:
-            lines = strip_code(f.read().splitlines())
-        for line in lines:
-            m = HEADING.match(line)
-            if not m:
-                continue
-            base = slug(m.group(2))
-            n = seen.get(base, 0)
-            found.add(base if n == 0 else f"{base}-{n}")
-            seen[base] = n + 1
-        cache[path] = found
-    return cache[path]
+    seen, found = {}, set()
+    with open(path, encoding="utf-8") as f:
+        lines = strip_code(f.read().splitlines())
+    for line in lines:
+        m = HEADING.match(line)
+        if not m:
+            continue
+        base = slug(m.group(2))
+        n = seen.get(base, 0)
+        found.add(base if n == 0 else f"{base}-{n}")
+        seen[base] = n + 1
+    return found
 
 
 def markdown_files(root):

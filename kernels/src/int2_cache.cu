@@ -1570,12 +1570,10 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   // builds. OSCAR_TABLE_PREFETCH=0 leaves them out, for timing studies.
   const std::int32_t* table =
       p.int2_block_table + static_cast<std::int64_t>(b) * p.int2_table_stride;
-  if (OSCAR_TABLE_PREFETCH &&
-      static_cast<long long>(p.max_pages_per_sequence) * P >= kTablePrefetchMinTokens) {
+  const long long bound_tokens = static_cast<long long>(max(p.max_pages_per_sequence, 0)) * P;
+  if (OSCAR_TABLE_PREFETCH && bound_tokens >= kTablePrefetchMinTokens) {
     constexpr int kEntriesPerTile = kTileTokens / P, kEntriesPerLine = 32;
-    const long long bound_tiles =
-        (static_cast<long long>(max(p.max_pages_per_sequence, 0)) * P + kTileTokens - 1) /
-        kTileTokens;
+    const long long bound_tiles = (bound_tokens + kTileTokens - 1) / kTileTokens;
     const long long split_tiles = (bound_tiles + range.count - 1) / range.count;
     const long long begin =
         split * split_tiles + warp * ((split_tiles + W - 1) / W);  // the warp's first tile
@@ -4126,10 +4124,9 @@ std::size_t decode_counter_bytes(const DecodeParams& p) {
   const std::size_t group =
       p.num_kv_heads > 0 ? static_cast<std::size_t>(std::max(p.num_q_heads, 0) / p.num_kv_heads)
                          : 0;
-  const std::size_t bytes = OSCAR_MERGE_TICKETS
-                                ? ready_slots_offset(pairs) * sizeof(unsigned) +
-                                      pairs * group * kMaxMergeGroups * sizeof(unsigned long long)
-                                : pairs * (1 + kMaxMergeGroups) * sizeof(unsigned);
+  const std::size_t ready_bytes =
+      OSCAR_MERGE_TICKETS ? pairs * group * kMaxMergeGroups * sizeof(unsigned long long) : 0;
+  const std::size_t bytes = ready_slots_offset(pairs) * sizeof(unsigned) + ready_bytes;
   return (bytes + 255) / 256 * 256;
 }
 
