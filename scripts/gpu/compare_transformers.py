@@ -115,6 +115,7 @@ def main():
             ids = token_ids(mdir, args.text, args.batch, args.seq_len, cfg["vocab_size"])
             ids_path = os.path.join(tmp, "ids.json")
             json.dump(ids, open(ids_path, "w"))
+            refs32 = {}  # transformers' fp32 logits by device
             for device in args.devices.split(","):
                 if device == "cuda" and not torch.cuda.is_available():
                     continue
@@ -124,6 +125,13 @@ def main():
                 row = {"model": name, "device": device, "batch": args.batch, "seq_len": args.seq_len,
                        "fp32_max_abs_err": err32, "logit_abs_max": float(np.abs(ref32).max()),
                        "fp32_ok": err32 <= args.fp32_tol}
+                # The reference checked against itself across devices (a failure could be either
+                # side's), and our logits against the other device's reference.
+                for other, other32 in refs32.items():
+                    row[f"reference_vs_{other}_reference"] = float(np.abs(ref32 - other32).max())
+                    row[f"fp32_max_abs_err_vs_{other}_reference"] = float(
+                        np.abs(ours32 - other32).max())
+                refs32[device] = ref32
                 if device == "cuda":
                     ref16 = hf_logits(mdir, ids, torch.bfloat16, device)
                     ours16 = oscar_logits(args.tool, mdir, ids_path, "bf16", device, tmp)
