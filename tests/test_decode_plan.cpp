@@ -49,6 +49,32 @@ void expect_plan(const DecodeParams& p, int tc_splits, int simt_splits) {
   EXPECT_EQ(plan.total(), tc_splits + simt_splits);
 }
 
+bool windows_merge(const DecodeParams& p) {
+  return plan_splits(p, hopper(p.head_dim)).windows_merge;
+}
+
+TEST(DecodePlan, TheWindowsGridMergesOnlyWhereAllItsBlocksRunBesideTheInt2Blocks) {
+  // Batch 1: 128 INT2 blocks and 8 windows blocks on the 4 SMs left (8 slots); 16K: 112 INT2
+  // blocks, 40 windows blocks in 40 of the 40 slots left.
+  EXPECT_TRUE(windows_merge(call(1, 32, 8, 128, 131072)));
+  EXPECT_TRUE(windows_merge(call(1, 32, 8, 128, 16384)));
+  EXPECT_TRUE(windows_merge(call(1, 32, 8, 128, 4096)));
+  // Batch 8 (256 windows blocks, 8 slots beside) and batch 32 (two INT2 waves): the last blocks
+  // of either kernel merge.
+  EXPECT_FALSE(windows_merge(call(8, 32, 8, 128, 131072)));
+  EXPECT_FALSE(windows_merge(call(8, 32, 8, 256, 131072)));
+  EXPECT_FALSE(windows_merge(call(32, 32, 8, 128, 131072)));
+  // Its dry pass only where the windows end well before the INT2 tiles: 128K (5 pages a windows
+  // warp, 32 tiles an INT2 warp), not 32K (2 pages on 8 SMs, 9 tiles).
+  EXPECT_TRUE(plan_splits(call(1, 32, 8, 128, 131072), hopper(128)).merge_dry_pass);
+  EXPECT_FALSE(plan_splits(call(1, 32, 8, 128, 32768), hopper(128)).merge_dry_pass);
+  EXPECT_FALSE(plan_splits(call(1, 32, 8, 128, 4096), hopper(128)).merge_dry_pass);
+  // The CUDA-core path has no windows grid.
+  DecodeParams simt = call(1, 32, 8, 128, 131072);
+  simt.path = DecodePath::kSimt;
+  EXPECT_FALSE(windows_merge(simt));
+}
+
 TEST(DecodePlan, BatchOneGivesTheWindowsMoreMultiprocessorsWhileTheirPagesAreTheLongerPath) {
   // 128K: the INT2 warps' 32 tiles each outweigh the windows' 5 pages: windows on 4 SMs.
   expect_plan(call(1, 32, 8, 128, 131072), 16, 1);

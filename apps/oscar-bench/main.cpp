@@ -111,6 +111,8 @@ void fill_bf16(Buffer& b, std::size_t count, std::mt19937& rng) {
 }
 
 EvictMode g_evict_mode = EvictMode::kRead;
+// --flush none: each timed run finds L2 as the run before left it (back-to-back calls).
+bool g_flush_none = false;
 
 // An NVTX range over a part of the benchmark, so that profilers can select it by name (e.g.
 // scripts/gpu-check profile-store: ncu --nvtx --nvtx-include "store_kv-int2-auto-prepared/").
@@ -133,6 +135,7 @@ class ProfileRange {
 // Streams 256 MiB through L2 on `stream` (read, or written with --flush write), so that what
 // runs next reads its data from HBM.
 void flush_l2_cache(cudaStream_t stream) {
+  if (g_flush_none) return;
   constexpr std::size_t kBytes = std::size_t(256) << 20;
   static Buffer scratch(kBytes);
   if (evict_l2(scratch.ptr, kBytes, g_evict_mode, stream) != Status::kOk) {
@@ -314,9 +317,10 @@ int main(int argc, char** argv) {
   app.add_option("--budget-gib", o.budget_gib, "KV memory budget for the largest-batch figure")
       ->default_val(40.0);
   app.add_option("--flush", o.flush,
-                 "How L2 is emptied before each timed run: read (a 256 MiB read, clean lines) or "
-                 "write (a 256 MiB memset, dirty lines written back during the run)")
-      ->check(CLI::IsMember({"read", "write"}))
+                 "How L2 is emptied before each timed run: read (a 256 MiB read, clean lines), "
+                 "write (a 256 MiB memset, dirty lines written back during the run) or none (L2 "
+                 "as the run before left it; host launch costs may show in the times)")
+      ->check(CLI::IsMember({"read", "write", "none"}))
       ->default_val("read");
   app.add_option("--sections", o.sections,
                  "Figures to measure: decode (attention), demote, store, step (a decode step over "
@@ -326,6 +330,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "Write the results as JSON");
   CLI11_PARSE(app, argc, argv);
   g_evict_mode = o.flush == "write" ? EvictMode::kWrite : EvictMode::kRead;
+  g_flush_none = o.flush == "none";
   if (cuda_device_count() == 0) {
     std::cerr << "oscar-bench: no CUDA device; this benchmark needs a GPU\n";
     return 1;

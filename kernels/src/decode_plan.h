@@ -28,8 +28,24 @@ inline long long window_multiprocessors(long long sms) { return std::max(1LL, sm
 struct SplitPlan {
   bool tensor_core = false;
   int simt_splits = 1, tc_splits = 0;
+  // The BF16 windows' grid merges all splits (int2_cache.cu's MergeCount::in_windows), after a
+  // dry pass of its merge where the windows should end well before the INT2 tiles.
+  bool windows_merge = false, merge_dry_pass = false;
   int total() const { return simt_splits + tc_splits; }
 };
+
+// Whether the BF16 windows' grid may merge: its merging blocks (one a (sequence, KV head)) wait
+// for the INT2 grid to complete while resident, so the rule holds only where every windows block
+// is resident beside the INT2 blocks at once (one INT2 wave, and the windows' blocks all in the
+// slots it leaves, batch 1 and small batches): a waiting block then never holds a slot another
+// windows block needs. Beyond, waiting blocks would fill the few free multiprocessors and stop
+// the windows' waves beside the INT2 blocks (batch 8: 64 of them on 8 slots).
+inline bool windows_fit_beside(const SplitPlan& plan, const DecodeShape& shape, long long blocks) {
+  if (!plan.tensor_core) return false;
+  const long long tc_sms = (plan.tc_splits * blocks + shape.tc_blocks - 1) / shape.tc_blocks;
+  const long long free_slots = std::max(0LL, shape.multiprocessors - tc_sms) * shape.simt_blocks;
+  return tc_sms <= shape.multiprocessors && plan.simt_splits * blocks <= free_slots;
+}
 
 inline SplitPlan plan_splits(const DecodeParams& p, const DecodeShape& shape) {
   SplitPlan plan;
@@ -41,6 +57,7 @@ inline SplitPlan plan_splits(const DecodeParams& p, const DecodeShape& shape) {
   if (p.num_splits > 0) {
     plan.simt_splits = p.num_splits;
     plan.tc_splits = plan.tensor_core ? p.num_splits : 0;
+    plan.windows_merge = windows_fit_beside(plan, shape, blocks);
     return plan;
   }
   plan.simt_splits =
@@ -115,6 +132,15 @@ inline SplitPlan plan_splits(const DecodeParams& p, const DecodeShape& shape) {
     }
     plan.tc_splits = static_cast<int>(tc_splits);
     plan.simt_splits = static_cast<int>(simt_splits_for(tc_splits));
+    plan.windows_merge = windows_fit_beside(plan, shape, blocks);
+    // The dry pass costs the merging windows block ~2 us (H200, d 128): it pays where the
+    // windows' page cost is at most two thirds of the INT2 warps' tiles (128K at batch 1: 20
+    // against 32 tiles, 32.1 -> 31.1 us); at 4K-32K (4-8 against 4-9) it delayed the call by
+    // 0.3-2.5 us.
+    const long long window_warps = plan.simt_splits * page_warps;
+    const long long page_cost = (bf16_pages + window_warps - 1) / window_warps * p.page_size / 4;
+    const long long tiles_per_warp = (tiles + tc_splits * warps - 1) / (tc_splits * warps);
+    plan.merge_dry_pass = plan.windows_merge && 3 * page_cost <= 2 * tiles_per_warp;
   }
   return plan;
 }

@@ -618,6 +618,11 @@ struct MergeCount {
   unsigned* counters = nullptr;
   int blocks = 0;  // split slots of both kernels per (sequence, KV head)
   int group = 0;   // slots per first-level group; 0: the last block merges all slots at once
+  // The BF16-window grid merges (one level only): the tensor-core blocks write their partial
+  // results and exit without counting, and the last window block of each (sequence, KV head)
+  // merges every slot once the tensor-core grid has completed (merge_when_last).
+  bool in_windows = false;
+  bool dry_pass = false;  // the window merge's dry pass (merge_when_last)
 };
 
 // True in every thread of the block whose count is the last of `expected` on `counter`; its view
@@ -658,7 +663,7 @@ __device__ __forceinline__ bool counts_last(unsigned* counter, int expected) {
 #endif
 __host__ __device__ inline bool merges_by_ticket(const MergeCount& merge) {
   return OSCAR_MERGE_TICKETS && merge.counters != nullptr && merge.group == 0 &&
-         merge.blocks <= kMaxMergeGroups;
+         !merge.in_windows && merge.blocks <= kMaxMergeGroups;
 }
 // The counter region in words: a pair counter and kMaxMergeGroups group counters per (sequence,
 // KV head), then (8-byte aligned) the ready slots, [pairs][G][kMaxMergeGroups] (max, sum) pairs.
@@ -693,22 +698,31 @@ __device__ __forceinline__ float2 wait_ready_pair(unsigned long long* slot) {
 // goes to p.out; otherwise the merged (max, sum) and unnormalized output go to slot `first`, a
 // partial result like a split's. Shared memory: weight[G * count], head_l[G] and, when there are
 // more threads than float4 columns, reduce[W * 32]. The columns are read as float4 with
-// kMergeBatch loads in flight a thread; threads beyond the columns take every kParts-th slot
+// kBatch loads in flight a thread; threads beyond the columns take every kParts-th slot
 // and are summed through `reduce`. A small merge (one batch a thread) issues its column loads
 // before the (max, sum) pairs' single pass, so it costs one L2 round trip (one KV head at d 256:
 // 37.1 -> 34.8 us at 128K batch 1; GQA 8: 51.7 -> 50.8; no change for the Qwen3-8B shape).
 // In a merge by ticket (`ready` not null, count <= 32) the (max, sum) pairs come from the ready
 // slots (waited for, then cleared) and the block's own from `own_ml`, and the partial outputs are
-// read only after them.
+// read only after them. dry: the same pass with every store but shared memory's skipped (see
+// merge_when_last).
 constexpr int kMergeBatch = 8;
+// Slots a batch in a block with one thread a column (the BF16-window kernel's 4 warps at d 128,
+// G 4); 17 or more would make the merge of 16 tensor-core splits and a window split (128K,
+// batch 1) one round trip.
+#ifndef OSCAR_MERGE_BATCH_ONE_PART
+#define OSCAR_MERGE_BATCH_ONE_PART 8
+#endif
+constexpr int kMergeBatchOnePart = OSCAR_MERGE_BATCH_ONE_PART;
 template <int D, int G, int W>
 __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartial* part_ml, int b,
                                int kvh, int total, int first, int count, int stride, bool to_output,
                                float* weight, float* head_l, float4* reduce,
                                unsigned long long* ready = nullptr, int own_slot = -1,
-                               const SplitPartial* own_ml = nullptr) {
+                               const SplitPartial* own_ml = nullptr, bool dry = false) {
   constexpr int kThreads = W * 32, kColumns = G * D / 4;
   constexpr int kParts = kThreads >= 2 * kColumns ? kThreads / kColumns : 1;
+  constexpr int kBatch = kParts > 1 ? kMergeBatch : kMergeBatchOnePart;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const std::int64_t head0 = static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G;
   const int part = kParts > 1 ? static_cast<int>(threadIdx.x) / kColumns : 0;
@@ -717,15 +731,15 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
   const int column0 =
       kParts > 1 ? static_cast<int>(threadIdx.x) % kColumns : static_cast<int>(threadIdx.x);
   const bool prefetched = ready == nullptr && kColumns <= kThreads && part < kParts &&
-                          column0 < kColumns && count <= kParts * kMergeBatch;
+                          column0 < kColumns && count <= kParts * kBatch;
   // The same loads as the column loop below, written out in both places: one shared lambda
   // raised the tensor-core kernel from 111 to 120 registers (d 128, G 4).
-  float4 x0[kMergeBatch];
+  float4 x0[kBatch];
   if (prefetched) {
     const int g = column0 / (D / 4), e = column0 % (D / 4) * 4;
     const float* const po = part_o + ((head0 + g) * total + first) * D + e;
 #pragma unroll
-    for (int k = 0; k < kMergeBatch; ++k) {
+    for (int k = 0; k < kBatch; ++k) {
       const int i = part + k * kParts;
       x0[k] = i < count ? __ldcg(reinterpret_cast<const float4*>(po + static_cast<std::int64_t>(i) *
                                                                           stride * D))
@@ -768,14 +782,15 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
     if (lane == 0) {
       if (to_output) {
         head_l[g] = l > 0.0f ? 1.0f / l : 0.0f;
-      } else {
+      } else if (!dry) {
         ml[0] = {m, l};
       }
     }
   }
   __syncthreads();
-  if (to_output) OSCAR_DECODE_POINT(W == kDecodeWarps ? 1 : 0, kMergeWeightsPoint);
+  if (to_output && !dry) OSCAR_DECODE_POINT(W == kDecodeWarps ? 1 : 0, kMergeWeightsPoint);
   auto finish = [&](int column, float4 o) {
+    if (dry) return;
     const int g = column / (D / 4), e = column % (D / 4) * 4;
     if (to_output) {
       bf16_bits* const out = p.out + (head0 + g) * D + e;
@@ -794,10 +809,10 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
       const float* const po = part_o + ((head0 + g) * total + first) * D + e;
       const float* const wg = weight + g * count;
       float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int i0 = part; i0 < count; i0 += kParts * kMergeBatch) {
-        float4 x[kMergeBatch];
+      for (int i0 = part; i0 < count; i0 += kParts * kBatch) {
+        float4 x[kBatch];
 #pragma unroll
-        for (int k = 0; k < kMergeBatch; ++k) {
+        for (int k = 0; k < kBatch; ++k) {
           const int i = i0 + k * kParts;
           x[k] = prefetched  ? x0[k]
                  : i < count ? __ldcg(reinterpret_cast<const float4*>(
@@ -805,7 +820,7 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
-        for (int k = 0; k < kMergeBatch; ++k) {
+        for (int k = 0; k < kBatch; ++k) {
           const int i = i0 + k * kParts;
           const float w = i < count ? wg[i] : 0.0f;
           o.x = fmaf(w, x[k].x, o.x);
@@ -844,14 +859,36 @@ __host__ __device__ inline int merge_width(int blocks, int group) {
   return group == 0 ? blocks : max(group, (blocks + group - 1) / group);
 }
 
+// Build switches for timing studies: OSCAR_WINDOWS_MERGE=0 leaves the merge to the last block of
+// either kernel (counts in both) where the window grid would merge; OSCAR_MERGE_DRY_PASS=0 drops
+// the window merge's dry pass.
+#ifndef OSCAR_WINDOWS_MERGE
+#define OSCAR_WINDOWS_MERGE 1
+#endif
+#ifndef OSCAR_MERGE_DRY_PASS
+#define OSCAR_MERGE_DRY_PASS 1
+#endif
+
 // Counts the block's split slot and merges when it is the last: by ticket, in one level, or in
 // two (see MergeCount). `ticket`: take_merge_ticket's; `block_ml`: the block's (max, sum) pairs
 // in shared memory (write_block_partial's, in a merge by ticket). Shared memory: `weight` holds
 // G * (merge_width + 1) floats, `reduce` W * 32.
+// In a merge in the window grid (MergeCount::in_windows; called by the BF16-window kernel only,
+// `window_splits` its blocks of the pair) the count is among the window blocks, and the last of
+// them merges all slots once the tensor-core grid this grid runs beside has completed. That wait
+// replaces a count in every tensor-core block (a release fence and an atomic round trip, ~0.8 us
+// on the last block's path at batch 1) and costs nothing more: the call's last grid waits for the
+// tensor-core grid anyway. Before it, where the plan expects the windows to end well before the
+// INT2 tiles (MergeCount::dry_pass), the block makes a dry pass of the merge (the slots' stale
+// contents; no global store), so that the merge's instructions and the slots' address
+// translations are at hand when the real pass starts, after the wait (H200, 128K, batch 1:
+// 32.0-32.2 -> 30.9-31.3 us). Where the windows are the longer path (4K-32K at batch 1) the dry
+// pass only delays the merge (+0.3-2.5 us) and is left out.
 template <int D, int G, int W>
 __device__ void merge_when_last(const DecodeParams& p, const MergeCount& merge, float* part_o,
                                 SplitPartial* part_ml, int b, int kvh, int slot, unsigned ticket,
-                                const SplitPartial* block_ml, float* weight, float4* reduce) {
+                                const SplitPartial* block_ml, float* weight, float4* reduce,
+                                int window_splits = 0) {
   float* const head_l = weight + G * merge_width(merge.blocks, merge.group);
   const int pair = b * gridDim.y + kvh, pairs = gridDim.y * gridDim.z;
   unsigned* const pair_counter = merge.counters + pair;
@@ -880,10 +917,23 @@ __device__ void merge_when_last(const DecodeParams& p, const MergeCount& merge, 
     return;
   }
   if (merge.group == 0) {
-    if (counts_last(pair_counter, merge.blocks)) {
-      OSCAR_DECODE_POINT(W == kDecodeWarps ? 1 : 0, kMergeCountedPoint);
+    const int counted = merge.in_windows ? window_splits : merge.blocks;
+    if (counted > 1) {
+      if (!counts_last(pair_counter, counted)) return;
+    } else {
+      __syncthreads();  // the block's partial written: `weight` may overlap its combine area
+    }
+#pragma unroll 1
+    for (int pass = merge.in_windows && merge.dry_pass ? 0 : 1; pass < 2; ++pass) {
+      const bool dry = pass == 0;
+      if (!dry && merge.in_windows) {
+        __syncthreads();  // the dry pass's reads of `weight` done
+        wait_for_prerequisite_grids();
+        OSCAR_DECODE_POINT(1, 2);
+      }
+      if (!dry) OSCAR_DECODE_POINT(W == kDecodeWarps ? 1 : 0, kMergeCountedPoint);
       merge_partials<D, G, W>(p, part_o, part_ml, b, kvh, merge.blocks, 0, merge.blocks, 1, true,
-                              weight, head_l, reduce);
+                              weight, head_l, reduce, nullptr, -1, nullptr, dry);
     }
     return;
   }
@@ -1101,13 +1151,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   if (merge.counters != nullptr) {
     __shared__ float4 merge_reduce[kDecodeWarps * 32];
     merge_when_last<D, G, kDecodeWarps>(p, merge, part_o, part_ml, b, kvh, range.offset + split,
-                                        ticket, block_ml, &sm_o[0][0][0], merge_reduce);
+                                        ticket, block_ml, &sm_o[0][0][0], merge_reduce, num_splits);
   }
   // Beside the tensor-core kernel, whose last block may merge (and write the output) after this
   // grid is done: one block waits for it, so that this grid, the call's last, completes after it
-  // and whatever follows in the stream, however launched, finds the output written.
+  // and whatever follows in the stream, however launched, finds the output written. (A merge in
+  // this grid has waited for it in every merging block.)
   OSCAR_DECODE_POINT(1, 1);
-  if (bf16_only && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+  if (bf16_only && !merge.in_windows && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
     wait_for_prerequisite_grids();
     OSCAR_DECODE_POINT(1, 2);
   }
@@ -1913,7 +1964,7 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   write_block_partial<D, G, W>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o, part_ml,
                                merges_by_ticket(merge) ? block_ml : nullptr);
   OSCAR_DECODE_POINT(0, 5);
-  if (merge.counters != nullptr) {
+  if (merge.counters != nullptr && !merge.in_windows) {
     // Shared memory of the merge: reduce (W * 32 float4), then the weights and head_l.
     auto* const reduce = reinterpret_cast<float4*>(smem);
     merge_when_last<D, G, W>(p, merge, part_o, part_ml, b, kvh, range.offset + split, ticket,
@@ -1993,6 +2044,20 @@ bool tc_kernel_ready() {
       decode_int2_tc_kernel<D, G, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
       static_cast<int>(tc_smem_bytes<D, G>()));
   return OSCAR_CUDA_OK(result);
+}
+
+// Whether the BF16-window kernel as loaded for this device waits for the grid it runs beside
+// (code for compute capability 9.0 or later: the grid-dependency instructions), which a merge in
+// the window grid relies on; code from the portable PTX on a later card does not.
+template <int D, int G, int P>
+bool windows_wait_for_tc_grid() {
+  static const bool waits = [] {
+    cudaFuncAttributes attr{};
+    const bool ok = cudaFuncGetAttributes(&attr, decode_kernel<D, G, P>) == cudaSuccess;
+    cudaGetLastError();
+    return ok && attr.ptxVersion >= 90;
+  }();
+  return waits;
 }
 
 // Blocks of each decode kernel that fit on one multiprocessor (registers bound them).
@@ -2121,7 +2186,12 @@ bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
   // finish merges when the split weights fit in both kernels' shared memory.
   const int group = merge_group_size<D, G>(total);
   const bool fused = merges_in_block<D, G>(merge_width(total, group));
-  const MergeCount merge = fused ? MergeCount{merge_counters, total, group} : MergeCount{};
+  const bool in_windows = OSCAR_WINDOWS_MERGE && plan.windows_merge && group == 0 &&
+                          windows_wait_for_tc_grid<D, G, P>();
+  const MergeCount merge =
+      fused ? MergeCount{merge_counters, total, group, in_windows,
+                         in_windows && plan.merge_dry_pass && OSCAR_MERGE_DRY_PASS}
+            : MergeCount{};
   if (!tc_kernel_ready<D, G, P>()) return false;
   if (!OSCAR_CUDA_OK(launch_kernel(
           decode_int2_tc_kernel<D, G, P>, dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch),
