@@ -117,16 +117,23 @@ inline SplitPlan plan_splits(const DecodeParams& p, const DecodeShape& shape) {
     // KV heads 16K 22.9 -> 18.8, 32K 23.5 -> 21.1. H100, 64 q / 8 KV heads: 32K 41.0 -> 26.2 us,
     // 128K 51.1 -> 42.9; one KV head at d 256 and 128K 34.2 -> 30.1; at 1M (64 tiles a warp)
     // widening measured 70.5 -> 78 us and is not chosen.
+    // A windows warp's pages in INT2 tiles, and an INT2 warp's tiles.
+    auto page_cost_for = [&](long long simt_splits) {
+      const long long window_warps = simt_splits * page_warps;
+      return (bf16_pages + window_warps - 1) / window_warps * p.page_size / 4;
+    };
+    auto tiles_per_warp_for = [&](long long tc_splits) {
+      return (tiles + tc_splits * warps - 1) / (tc_splits * warps);
+    };
     long long window_sms = window_multiprocessors(sms);
     long long tc_splits = tc_splits_for(window_sms);
     const long long first_tc_splits = tc_splits;
     for (int doubling = 0; doubling < 3; ++doubling) {
-      const long long window_warps = simt_splits_for(tc_splits) * page_warps;
-      const long long pages_per_warp = (bf16_pages + window_warps - 1) / window_warps;
-      const long long tiles_per_warp = (tiles + tc_splits * warps - 1) / (tc_splits * warps);
       const long long wider = tc_splits_for(2 * window_sms);
-      const long long page_cost = pages_per_warp * p.page_size / 4;  // in INT2 tiles
-      if (page_cost < tiles_per_warp || 8 * wider < 7 * first_tc_splits) break;
+      if (page_cost_for(simt_splits_for(tc_splits)) < tiles_per_warp_for(tc_splits) ||
+          8 * wider < 7 * first_tc_splits) {
+        break;
+      }
       window_sms *= 2;
       tc_splits = wider;
     }
@@ -137,10 +144,8 @@ inline SplitPlan plan_splits(const DecodeParams& p, const DecodeShape& shape) {
     // windows' page cost is at most two thirds of the INT2 warps' tiles (128K at batch 1: 20
     // against 32 tiles, 32.1 -> 31.1 us); at 4K-32K (4-8 against 4-9) it delayed the call by
     // 0.3-2.5 us.
-    const long long window_warps = plan.simt_splits * page_warps;
-    const long long page_cost = (bf16_pages + window_warps - 1) / window_warps * p.page_size / 4;
-    const long long tiles_per_warp = (tiles + tc_splits * warps - 1) / (tc_splits * warps);
-    plan.merge_dry_pass = plan.windows_merge && 3 * page_cost <= 2 * tiles_per_warp;
+    plan.merge_dry_pass = plan.windows_merge &&
+                          3 * page_cost_for(plan.simt_splits) <= 2 * tiles_per_warp_for(tc_splits);
   }
   return plan;
 }

@@ -698,7 +698,7 @@ __device__ __forceinline__ float2 wait_ready_pair(unsigned long long* slot) {
 // goes to p.out; otherwise the merged (max, sum) and unnormalized output go to slot `first`, a
 // partial result like a split's. Shared memory: weight[G * count], head_l[G] and, when there are
 // more threads than float4 columns, reduce[W * 32]. The columns are read as float4 with
-// kBatch loads in flight a thread; threads beyond the columns take every kParts-th slot
+// kMergeBatch loads in flight a thread; threads beyond the columns take every kParts-th slot
 // and are summed through `reduce`. A small merge (one batch a thread) issues its column loads
 // before the (max, sum) pairs' single pass, so it costs one L2 round trip (one KV head at d 256:
 // 37.1 -> 34.8 us at 128K batch 1; GQA 8: 51.7 -> 50.8; no change for the Qwen3-8B shape).
@@ -707,13 +707,6 @@ __device__ __forceinline__ float2 wait_ready_pair(unsigned long long* slot) {
 // read only after them. dry: the same pass with every store but shared memory's skipped (see
 // merge_when_last).
 constexpr int kMergeBatch = 8;
-// Slots a batch in a block with one thread a column (the BF16-window kernel's 4 warps at d 128,
-// G 4); 17 or more would make the merge of 16 tensor-core splits and a window split (128K,
-// batch 1) one round trip.
-#ifndef OSCAR_MERGE_BATCH_ONE_PART
-#define OSCAR_MERGE_BATCH_ONE_PART 8
-#endif
-constexpr int kMergeBatchOnePart = OSCAR_MERGE_BATCH_ONE_PART;
 template <int D, int G, int W>
 __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartial* part_ml, int b,
                                int kvh, int total, int first, int count, int stride, bool to_output,
@@ -722,7 +715,6 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
                                const SplitPartial* own_ml = nullptr, bool dry = false) {
   constexpr int kThreads = W * 32, kColumns = G * D / 4;
   constexpr int kParts = kThreads >= 2 * kColumns ? kThreads / kColumns : 1;
-  constexpr int kBatch = kParts > 1 ? kMergeBatch : kMergeBatchOnePart;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const std::int64_t head0 = static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G;
   const int part = kParts > 1 ? static_cast<int>(threadIdx.x) / kColumns : 0;
@@ -731,15 +723,15 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
   const int column0 =
       kParts > 1 ? static_cast<int>(threadIdx.x) % kColumns : static_cast<int>(threadIdx.x);
   const bool prefetched = ready == nullptr && kColumns <= kThreads && part < kParts &&
-                          column0 < kColumns && count <= kParts * kBatch;
+                          column0 < kColumns && count <= kParts * kMergeBatch;
   // The same loads as the column loop below, written out in both places: one shared lambda
   // raised the tensor-core kernel from 111 to 120 registers (d 128, G 4).
-  float4 x0[kBatch];
+  float4 x0[kMergeBatch];
   if (prefetched) {
     const int g = column0 / (D / 4), e = column0 % (D / 4) * 4;
     const float* const po = part_o + ((head0 + g) * total + first) * D + e;
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
+    for (int k = 0; k < kMergeBatch; ++k) {
       const int i = part + k * kParts;
       x0[k] = i < count ? __ldcg(reinterpret_cast<const float4*>(po + static_cast<std::int64_t>(i) *
                                                                           stride * D))
@@ -809,10 +801,10 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
       const float* const po = part_o + ((head0 + g) * total + first) * D + e;
       const float* const wg = weight + g * count;
       float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int i0 = part; i0 < count; i0 += kParts * kBatch) {
-        float4 x[kBatch];
+      for (int i0 = part; i0 < count; i0 += kParts * kMergeBatch) {
+        float4 x[kMergeBatch];
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
+        for (int k = 0; k < kMergeBatch; ++k) {
           const int i = i0 + k * kParts;
           x[k] = prefetched  ? x0[k]
                  : i < count ? __ldcg(reinterpret_cast<const float4*>(
@@ -820,7 +812,7 @@ __device__ void merge_partials(const DecodeParams& p, float* part_o, SplitPartia
                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
+        for (int k = 0; k < kMergeBatch; ++k) {
           const int i = i0 + k * kParts;
           const float w = i < count ? wg[i] : 0.0f;
           o.x = fmaf(w, x[k].x, o.x);
