@@ -65,8 +65,10 @@ TEST(DecodePlan, TheWindowsGridMergesOnlyWhereAllItsBlocksRunBesideTheInt2Blocks
   EXPECT_FALSE(windows_merge(call(8, 32, 8, 256, 131072)));
   EXPECT_FALSE(windows_merge(call(32, 32, 8, 128, 131072)));
   // Its dry pass only where the windows end well before the INT2 tiles: 128K (5 pages a windows
-  // warp, 32 tiles an INT2 warp), not 32K (2 pages on 8 SMs, 9 tiles).
+  // warp, 32 tiles an INT2 warp) and 64K (2 pages, 18 tiles), not 32K (2 pages on 8 SMs, 9
+  // tiles).
   EXPECT_TRUE(plan_splits(call(1, 32, 8, 128, 131072), hopper(128)).merge_dry_pass);
+  EXPECT_TRUE(plan_splits(call(1, 32, 8, 128, 65536), hopper(128)).merge_dry_pass);
   EXPECT_FALSE(plan_splits(call(1, 32, 8, 128, 32768), hopper(128)).merge_dry_pass);
   EXPECT_FALSE(plan_splits(call(1, 32, 8, 128, 4096), hopper(128)).merge_dry_pass);
   // The CUDA-core path has no windows grid.

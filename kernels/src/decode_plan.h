@@ -141,9 +141,9 @@ inline SplitPlan plan_splits(const DecodeParams& p, const DecodeShape& shape) {
     plan.simt_splits = static_cast<int>(simt_splits_for(tc_splits));
     plan.windows_merge = windows_fit_beside(plan, shape, blocks);
     // The dry pass costs the merging windows block ~2 us (H200, d 128): it pays where the
-    // windows' page cost is at most two thirds of the INT2 warps' tiles (128K at batch 1: 20
-    // against 32 tiles, 32.1 -> 31.1 us); at 4K-32K (4-8 against 4-9) it delayed the call by
-    // 0.3-2.5 us.
+    // windows' page cost is at most two thirds of the INT2 warps' tiles (batch 1: 64K 8 against
+    // 18 tiles, 22.9 -> 21.6 us; 128K 20 against 32, 32.4 -> 31.1); at 4K-32K (4-8 against 4-9)
+    // it delayed the call by 0.3-2.5 us.
     plan.merge_dry_pass = plan.windows_merge &&
                           3 * page_cost_for(plan.simt_splits) <= 2 * tiles_per_warp_for(tc_splits);
   }
