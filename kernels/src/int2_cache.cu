@@ -41,6 +41,20 @@
 #ifndef OSCAR_STORE256_ABLATE_STREAM
 #define OSCAR_STORE256_ABLATE_STREAM 0
 #endif
+// Ablations of the tensor-core decode, for timing its parts (scripts/gpu/decode-variants): each
+// drops one part of the work and so decodes wrong values; all are off in every normal build.
+//   OSCAR_DECODE_ABLATE_TILES    the tile loop only copies (no scores, softmax or value product);
+//   OSCAR_DECODE_ABLATE_VALUES   no value product (scores and softmax computed);
+//   OSCAR_DECODE_ABLATE_MERGE    no merge of the splits (no count, no wait, no output).
+#ifndef OSCAR_DECODE_ABLATE_TILES
+#define OSCAR_DECODE_ABLATE_TILES 0
+#endif
+#ifndef OSCAR_DECODE_ABLATE_VALUES
+#define OSCAR_DECODE_ABLATE_VALUES 0
+#endif
+#ifndef OSCAR_DECODE_ABLATE_MERGE
+#define OSCAR_DECODE_ABLATE_MERGE 0
+#endif
 // The d 256 store's rows quantized by pairs of lanes (int2q::store_row_pair), on in every normal
 // build; 0 builds the row per thread (int2q::store_row_thread) for comparisons, with
 // OSCAR_STORE256_WARPS=8 (32 rows a warp).
@@ -881,6 +895,7 @@ __device__ void merge_when_last(const DecodeParams& p, const MergeCount& merge, 
                                 SplitPartial* part_ml, int b, int kvh, int slot, unsigned ticket,
                                 const SplitPartial* block_ml, float* weight, float4* reduce,
                                 int window_splits = 0) {
+  if (OSCAR_DECODE_ABLATE_MERGE) return;
   float* const head_l = weight + G * merge_width(merge.blocks, merge.group);
   const int pair = b * gridDim.y + kvh, pairs = gridDim.y * gridDim.z;
   unsigned* const pair_counter = merge.counters + pair;
@@ -1868,7 +1883,7 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     const std::uint32_t pb0 = transpose_8x8(p01);
     const std::uint32_t pb1 = transpose_8x8(p23);
     // O^T += V^T P'^T, in units of 2^-24.
-    {
+    if (!OSCAR_DECODE_ABLATE_VALUES) {
       std::uint32_t vrow[4][Map::kVWords];
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
@@ -1892,7 +1907,9 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     }
   };
   const bool ends_partial = count > 0 && tile_end == tiles && int2_len % kTileTokens != 0;
-  if (count > 0) {
+  if (OSCAR_DECODE_ABLATE_TILES) {
+    for (int i = 0; i < count; ++i) arrive(i);
+  } else if (count > 0) {
     ScoreAcc s_now, s_next;
     arrive(0);
     OSCAR_DECODE_POINT(0, 3);

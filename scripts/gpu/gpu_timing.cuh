@@ -17,14 +17,16 @@
     }                                                                                \
   } while (0)
 
-// Median over `iters` runs of f (launches on the default stream), in microseconds.
-template <class F>
-double median_us(F f, int iters) {
+// Median over `iters` runs of f (launches on the default stream), in microseconds; `before`
+// runs ahead of each timed run, outside the events (e.g. a kernel that empties L2).
+template <class F, class B>
+double median_us(F f, int iters, B before) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
   std::vector<float> t;
   for (int i = 0; i < iters; ++i) {
+    before();
     CK(cudaEventRecord(a));
     f();
     CK(cudaEventRecord(b));
@@ -37,6 +39,10 @@ double median_us(F f, int iters) {
   CK(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+template <class F>
+double median_us(F f, int iters) {
+  return median_us(f, iters, [] {});
 }
 
 // Copy bandwidth of the card in GB/s: 256 MiB device to device, read + write, measured each run.
