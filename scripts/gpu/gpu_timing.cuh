@@ -45,10 +45,10 @@ double median_us(F f, int iters) {
   return median_us(f, iters, [] {});
 }
 
-// Copy bandwidth of the card in GB/s: 256 MiB device to device, read + write, measured each run.
-inline double copy_bandwidth_gbs() {
+// Copy bandwidth of the card in GB/s: `bytes` device to device (256 MiB unless given; oscar-bench
+// copies 2 GiB), read + write, measured each run.
+inline double copy_bandwidth_gbs(std::size_t bytes = std::size_t{256} << 20) {
   void *a = nullptr, *b = nullptr;
-  const std::size_t bytes = std::size_t{256} << 20;
   CK(cudaMalloc(&a, bytes));
   CK(cudaMalloc(&b, bytes));
   const double t = median_us([&] { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice); }, 20);
