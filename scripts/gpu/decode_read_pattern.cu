@@ -111,22 +111,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) decode_read(Pools p, unsigned*
   if (lane == 0) sink[(blockIdx.y * gridDim.x + blockIdx.x) * kWarps + warp] = acc;
 }
 
-// The same bytes as one array, read by a grid-stride loop of 16-byte loads, 8 in flight a thread
-// (also the untimed read that empties L2 before each timed run).
-__global__ void __launch_bounds__(512) linear_read(const uint4* data, long n, unsigned* sink) {
-  unsigned acc = 0;
-  const long step = long(gridDim.x) * blockDim.x;
-  long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; i + 7 * step < n; i += 8 * step) {
-    uint4 x[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) x[u] = __ldcs(data + i + u * step);
-#pragma unroll
-    for (int u = 0; u < 8; ++u) acc ^= x[u].x + x[u].y + x[u].z + x[u].w;
-  }
-  for (; i < n; i += step) acc ^= __ldcs(data + i).x;
-  if (acc == 0x12345678u) sink[0] = acc;
-}
+// The same bytes as one array are read by linear_read (gpu_timing.cuh), also the untimed read that
+// empties L2 before each timed run.
 
 // The decode's grid doing only what precedes its first copies: the length and one table line.
 __global__ void __launch_bounds__(kWarps * 32, 1) start_only(Pools p, unsigned* sink) {
