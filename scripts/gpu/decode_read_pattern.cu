@@ -66,47 +66,121 @@ __device__ __forceinline__ void issue(const Pools& p, int page, int head, int la
   copy16_if(lane < 8, slot + (lane < 4 ? offsetof(Tile, ksz) : offsetof(Tile, vsz)) + 4 * row, sz);
 }
 
+// A warp's tiles in the decode's grid: a contiguous share of its split's (strided: the split's
+// tiles dealt to the warps in turn), and their page ids, lane j holding tile j's (shares of at most
+// 64 tiles: two loads).
+struct WarpTiles {
+  int count, id0, id1;
+  __device__ int page_of(int i) const {
+    return __shfl_sync(0xffffffffu, i < 32 ? id0 : id1, i & 31);
+  }
+};
+__device__ WarpTiles warp_tiles(const Pools& p, int split, int warp, bool strided, int lane) {
+  const int tiles = (*p.length + kPage - 1) / kPage;
+  const int per_split = (tiles + kSplits - 1) / kSplits;
+  const int split_begin = split * per_split, split_end = min(tiles, split_begin + per_split);
+  const int per_warp = (max(0, split_end - split_begin) + kWarps - 1) / kWarps;
+  const int first = strided ? split_begin + warp : split_begin + warp * per_warp;
+  const int stride = strided ? kWarps : 1;
+  WarpTiles w;
+  w.count = strided ? max(0, (split_end - first + kWarps - 1) / kWarps)
+                    : max(0, min(split_end, first + per_warp) - first);
+  w.id0 = lane < w.count ? p.table[first + lane * stride] : 0;
+  w.id1 = lane + 32 < w.count ? p.table[first + (lane + 32) * stride] : 0;
+  return w;
+}
+
+// Bulk copies (cp.async.bulk, the copy engine Hopper's TMA drives): a tile's four contiguous
+// pieces (its K and V codes, 512 bytes each, and its 64-byte K and V scale/zero runs), issued by
+// one lane against the ring slot's mbarrier, on whose phase every lane then waits.
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes,
+                                          unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(barrier)
+      : "memory");
+}
+__device__ __forceinline__ void expect_bytes(unsigned barrier, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void wait_phase(unsigned barrier, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n wait:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra wait;\n}" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void issue_bulk(const Pools& p, int page, int head, unsigned slot,
+                                           unsigned barrier) {
+  const std::uint64_t codes = std::uint64_t(page) * kPageBytes + head * kPage * kRowBytes;
+  const std::uint64_t sz = std::uint64_t(page) * (kSzPageBytes / 4) + head * kPage;
+  expect_bytes(barrier, unsigned(sizeof(Tile)));
+  bulk_copy(slot + offsetof(Tile, k), p.k_codes + codes, kPage * kRowBytes, barrier);
+  bulk_copy(slot + offsetof(Tile, v), p.v_codes + codes, kPage * kRowBytes, barrier);
+  bulk_copy(slot + offsetof(Tile, ksz), p.k_sz + sz, kPage * 4, barrier);
+  bulk_copy(slot + offsetof(Tile, vsz), p.v_sz + sz, kPage * 4, barrier);
+}
+static_assert(sizeof(Tile) == 2 * kPage * kRowBytes + 2 * kPage * 4, "a tile is its four pieces");
+
 // The decode's grid: block (split, head), each warp a contiguous share of the split's pages
 // (kStrided: the split's pages dealt to the warps in turn), NS ring slots a warp with NS - 2 in
-// flight, as decode_int2_tc_kernel keeps them.
-template <int NS, bool kStrided>
+// flight, as decode_int2_tc_kernel keeps them; the tiles copied as issue_tile copies them, by
+// every lane, or (kBulk) by bulk copies (the mbarriers, 8 bytes a slot, after all warps' rings).
+template <int NS, bool kStrided, bool kBulk = false>
 __global__ void __launch_bounds__(kWarps * 32, 1) decode_read(Pools p, unsigned* sink) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int split = blockIdx.x, head = blockIdx.y;
   Tile* ring = reinterpret_cast<Tile*>(smem) + warp * NS;
   const unsigned ring_at = shared_address(ring);
-  const int tiles = (*p.length + kPage - 1) / kPage;
-  const int per_split = (tiles + kSplits - 1) / kSplits;
-  const int split_begin = split * per_split, split_end = min(tiles, split_begin + per_split);
-  const int per_warp = (max(0, split_end - split_begin) + kWarps - 1) / kWarps;
-  const int first = kStrided ? split_begin + warp : split_begin + warp * per_warp;
-  const int stride = kStrided ? kWarps : 1;
-  const int count = kStrided ? max(0, (split_end - first + kWarps - 1) / kWarps)
-                             : max(0, min(split_end, first + per_warp) - first);
-  // Page ids: lane j holds the warp's tile j (shares of at most 64 tiles: two loads).
-  const int id0 = lane < count ? p.table[first + lane * stride] : 0;
-  const int id1 = lane + 32 < count ? p.table[first + (lane + 32) * stride] : 0;
-  auto page_of = [&](int i) { return __shfl_sync(0xffffffffu, i < 32 ? id0 : id1, i & 31); };
+  const WarpTiles mine = warp_tiles(p, split, warp, kStrided, lane);
+  const int count = mine.count;
+  auto page_of = [&](int i) { return mine.page_of(i); };
+  const unsigned barriers =
+      shared_address(smem + sizeof(Tile) * NS * kWarps) + unsigned(8 * NS * warp);
+  auto slot_of = [&](int i) { return ring_at + (i % NS) * unsigned(sizeof(Tile)); };
+  if (kBulk) {
+    if (lane == 0) {
+      for (int s = 0; s < NS; ++s) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(barriers + 8 * s) : "memory");
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncwarp();
+  }
+  auto fetch = [&](int i) {  // tile i into its slot (every lane calls it)
+    const int page = page_of(i);
+    if (!kBulk) {
+      issue(p, page, head, lane, slot_of(i));
+    } else if (lane == 0) {
+      issue_bulk(p, page, head, slot_of(i), barriers + 8 * (i % NS));
+    }
+  };
 #pragma unroll
   for (int s = 0; s < NS - 2; ++s) {
-    if (s < count) issue(p, page_of(s), head, lane, ring_at + s * unsigned(sizeof(Tile)));
-    commit();
+    if (s < count) fetch(s);
+    if (!kBulk) commit();
   }
   unsigned acc = 0;
   for (int i = 0; i < count; ++i) {
-    wait_groups<NS - 3>();
-    __syncwarp();
-    const int ahead = i + NS - 2;
-    if (ahead < count) {
-      issue(p, page_of(ahead), head, lane, ring_at + (ahead % NS) * unsigned(sizeof(Tile)));
+    // Tile i lands; the slot of tile i - 2 (read two steps ago, as the decode's ring keeps two
+    // slots computed on) takes the tile NS - 2 ahead.
+    if (kBulk) {
+      wait_phase(barriers + 8 * (i % NS), unsigned(i / NS) & 1u);
+    } else {
+      wait_groups<NS - 3>();
     }
-    commit();
+    __syncwarp();
+    if (i + NS - 2 < count) fetch(i + NS - 2);
+    if (!kBulk) commit();
     const Tile& t = ring[i % NS];
     acc ^= reinterpret_cast<const unsigned*>(t.k)[lane] +
            reinterpret_cast<const unsigned*>(t.v)[lane] + t.ksz[lane & 15] + t.vsz[lane & 15];
   }
-  wait_groups<0>();
+  if (!kBulk) wait_groups<0>();
   for (int off = 16; off > 0; off >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) sink[(blockIdx.y * gridDim.x + blockIdx.x) * kWarps + warp] = acc;
 }
@@ -175,7 +249,7 @@ int main(int argc, char** argv) {
   };
   const dim3 grid(kSplits, kHeads);
   auto decode = [&](auto kernel, int stages) {
-    const int smem = static_cast<int>(sizeof(Tile)) * stages * kWarps;
+    const int smem = (static_cast<int>(sizeof(Tile)) + 8) * stages * kWarps;  // ring, mbarriers
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return run([&] { kernel<<<grid, kWarps * 32, smem>>>(pools, sink); });
   };
@@ -194,6 +268,9 @@ int main(int argc, char** argv) {
     report("decode grid, ring 5, tiles dealt in turn", decode(decode_read<5, true>, 5));
     report("decode grid, ring 6, tiles dealt in turn", decode(decode_read<6, true>, 6));
     report("decode grid, ring 8, tiles dealt in turn", decode(decode_read<8, true>, 8));
+    report("decode grid, bulk copies, ring 4", decode(decode_read<4, false, true>, 4));
+    report("decode grid, bulk copies, ring 6", decode(decode_read<6, false, true>, 6));
+    report("decode grid, bulk copies, ring 8", decode(decode_read<8, false, true>, 8));
     const long n = static_cast<long>(bytes / 16);
     for (const int blocks : {sms, 2 * sms, 4 * sms}) {
       char name[64];
