@@ -51,6 +51,8 @@ struct Options {
   double budget_gib = 40.0;  // fixed KV memory budget for the largest batch at 128K
   // The figures to measure (a quick sweep of one of them skips the others' minutes).
   std::vector<std::string> sections = {"decode", "demote", "store", "step"};
+  // The decode figure without its BF16 and CUDA-core columns (a quick comparison of builds).
+  bool int2_only = false;
   std::string json_path;
 
   bool runs(const char* section) const {
@@ -327,6 +329,9 @@ int main(int argc, char** argv) {
                  "the layers); the memory figure is always printed")
       ->delimiter(',')
       ->check(CLI::IsMember({"decode", "demote", "store", "step"}));
+  app.add_flag("--int2-only", o.int2_only,
+               "Decode figure: time the INT2 decode alone, not the kernel's BF16 variant and the "
+               "CUDA-core path (quicker, for comparing builds of the kernels)");
   app.add_option("--json", o.json_path, "Write the results as JSON");
   CLI11_PARSE(app, argc, argv);
   g_evict_mode = o.flush == "write" ? EvictMode::kWrite : EvictMode::kRead;
@@ -359,7 +364,7 @@ int main(int argc, char** argv) {
       // BF16 cache: every token in BF16 pages.
       const std::size_t bf16_pool_rows = static_cast<std::size_t>(batch) * pages_all * hkv * ps;
       const std::size_t bf16_bytes = 2 * bf16_pool_rows * bf16_row;
-      if (bf16_bytes > (std::size_t(70) << 30)) {
+      if (!o.int2_only && bf16_bytes > (std::size_t(70) << 30)) {
         fmt::print("{:>6} {:>8}  skipped: {:.1f} GiB of BF16 cache does not fit\n", batch, context,
                    static_cast<double>(bf16_bytes) / (1 << 30));
         continue;
@@ -368,7 +373,7 @@ int main(int argc, char** argv) {
       Buffer q(static_cast<std::size_t>(batch) * hq * d * 2),
           out(static_cast<std::size_t>(batch) * hq * d * 2);
       fill_bf16(q, static_cast<std::size_t>(batch) * hq * d, rng);
-      {
+      if (!o.int2_only) {
         Buffer k(bf16_pool_rows * bf16_row), v(bf16_pool_rows * bf16_row);
         fill_bf16(k, bf16_pool_rows * d, rng);
         fill_bf16(v, bf16_pool_rows * d, rng);
@@ -426,29 +431,38 @@ int main(int argc, char** argv) {
         }
 #endif
         // The CUDA-core path over the same cache, for comparison.
-        p.path = DecodePath::kSimt;
-        if (decode_attention(p) != Status::kOk) die("int2 decode (simt)");
-        int2_simt_us = time_us([&] { decode_attention(p); }, o.iters);
+        if (!o.int2_only) {
+          p.path = DecodePath::kSimt;
+          if (decode_attention(p) != Status::kOk) die("int2 decode (simt)");
+          int2_simt_us = time_us([&] { decode_attention(p); }, o.iters);
+        }
         int2_read = static_cast<double>(batch) * hkv * 2.0 *
                     (static_cast<double>(int2_tokens) * (d / 4 + 4) +
                      static_cast<double>(sink_len + recent_len) * bf16_row);
       }
       const double bf16_gbs = bf16_read / (bf16_us * 1e3), int2_gbs = int2_read / (int2_us * 1e3);
-      fmt::print(
-          "{:>6} {:>8}  {:>10.1f} {:>9.0f} {:>10.1f} {:>9.0f} {:>6.0f}%  {:>7.2f}x {:>12.1f}\n",
-          batch, context, bf16_us, bf16_gbs, int2_us, int2_gbs, 100.0 * int2_gbs / copy_gbs,
-          bf16_us / int2_us, int2_simt_us);
+      // --int2-only: the columns not measured print as "-" and go to the JSON as null.
+      auto cell = [&](double value, const char* spec) {
+        return o.int2_only ? std::string("-") : fmt::format(fmt::runtime(spec), value);
+      };
+      auto measured = [&](double value) {
+        return o.int2_only ? nlohmann::json(nullptr) : nlohmann::json(value);
+      };
+      fmt::print("{:>6} {:>8}  {:>10} {:>9} {:>10.1f} {:>9.0f} {:>6.0f}%  {:>8} {:>12}\n", batch,
+                 context, cell(bf16_us, "{:.1f}"), cell(bf16_gbs, "{:.0f}"), int2_us, int2_gbs,
+                 100.0 * int2_gbs / copy_gbs, cell(bf16_us / int2_us, "{:.2f}x"),
+                 cell(int2_simt_us, "{:.1f}"));
       points.push_back({{"batch", batch},
                         {"context", context},
-                        {"bf16_us", bf16_us},
-                        {"bf16_bytes", bf16_read},
-                        {"bf16_gbs", bf16_gbs},
+                        {"bf16_us", measured(bf16_us)},
+                        {"bf16_bytes", measured(bf16_read)},
+                        {"bf16_gbs", measured(bf16_gbs)},
                         {"int2_us", int2_us},
                         {"int2_bytes", int2_read},
                         {"int2_gbs", int2_gbs},
                         {"int2_fraction_of_copy", int2_gbs / copy_gbs},
-                        {"int2_simt_us", int2_simt_us},
-                        {"speedup_vs_own_bf16", bf16_us / int2_us}});
+                        {"int2_simt_us", measured(int2_simt_us)},
+                        {"speedup_vs_own_bf16", measured(bf16_us / int2_us)}});
     }
   }
 
