@@ -8,6 +8,8 @@
 //            multiprocessors, merges after griddepcontrol.wait (the decode's windows merge; its
 //            blocks have 128 threads, as the windows' do, so each sums 4 columns in turn, where
 //            the count path's block of 512 sums one);
+//   pdl 512  the same with blocks of 512 threads, a column each (the merge as short as the
+//            count's, so that the difference is the wait);
 //   count    the last block of each KV head to count itself (acquire-release increment) merges;
 //   cluster  the 16 splits of a KV head form a thread block cluster, the partial results stay in
 //            shared memory and each block sums a sixteenth of the columns from all 16 (DSMEM);
@@ -32,7 +34,7 @@ constexpr int kHeads = 8, kSplits = 16, kThreads = 512, kColumns = 512;  // 4 he
 constexpr long kBytes = 131072L * kHeads * 72;                           // the decode's 75.5 MB
 constexpr int kSmem = 120 << 10;  // dynamic shared memory: one block a multiprocessor
 
-enum Mode { kNone, kPdl, kCount, kCluster, kPdlCluster };
+enum Mode { kNone, kPdl, kPdlWide, kCount, kCluster, kPdlCluster };
 
 __device__ __forceinline__ void allow_dependents() {
   asm volatile("griddepcontrol.launch_dependents;");
@@ -92,9 +94,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// The dependent grid: 8 blocks of 128 threads; merge: each sums its KV head's partial results
-// after the wait; otherwise block 0 only waits.
-__global__ void __launch_bounds__(128) dependent_grid(const float* part, float* out, bool merge) {
+// The dependent grid: 8 blocks of 128 threads (pdl 512: 512); merge: each sums its KV head's
+// partial results after the wait; otherwise block 0 only waits.
+__global__ void __launch_bounds__(kColumns)
+    dependent_grid(const float* part, float* out, bool merge) {
   if (!merge) {
     if (blockIdx.x == 0) wait_prerequisites();
     return;
@@ -140,17 +143,17 @@ void launch(const uint4* data, long per_block, float* part, float* out, unsigned
   cudaLaunchAttribute attributes[1];
   const cudaLaunchConfig_t config = grid_config<kMode>(attributes);
   CK(cudaLaunchKernelEx(&config, split_grid<kMode>, data, per_block, part, out, counters));
-  if (kMode == kPdl || kMode == kPdlCluster) {
+  if (kMode == kPdl || kMode == kPdlWide || kMode == kPdlCluster) {
     cudaLaunchAttribute pdl;
     pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     pdl.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t dependent{};
     dependent.gridDim = dim3(kHeads);
-    dependent.blockDim = dim3(128);
+    dependent.blockDim = dim3(kMode == kPdlWide ? kColumns : 128);
     dependent.attrs = &pdl;
     dependent.numAttrs = 1;
     CK(cudaLaunchKernelEx(&dependent, dependent_grid, static_cast<const float*>(part), out,
-                          kMode == kPdl));
+                          kMode != kPdlCluster));
   }
 }
 
@@ -164,6 +167,7 @@ int main(int argc, char** argv) {
 
   prepare<kNone>();
   prepare<kPdl>();
+  prepare<kPdlWide>();
   prepare<kCount>();
   prepare<kCluster>();
   prepare<kPdlCluster>();
@@ -224,6 +228,9 @@ int main(int argc, char** argv) {
   launch<kPdl>(data, per_block, part, out, counters);
   check_output("pdl");
   CK(cudaMemset(out, 0, sizeof(float) * kHeads * kColumns));
+  launch<kPdlWide>(data, per_block, part, out, counters);
+  check_output("pdl 512");
+  CK(cudaMemset(out, 0, sizeof(float) * kHeads * kColumns));
   launch<kCluster>(data, per_block, part, out, counters);
   check_output("cluster");
 
@@ -237,6 +244,8 @@ int main(int argc, char** argv) {
         [&] { launch<kNone>(data, per_block, part, out, counters); });
     run("pdl (dependent grid merges after its wait)",
         [&] { launch<kPdl>(data, per_block, part, out, counters); });
+    run("pdl 512 (the same, a column a thread)",
+        [&] { launch<kPdlWide>(data, per_block, part, out, counters); });
     run("count (last block of a KV head merges)",
         [&] { launch<kCount>(data, per_block, part, out, counters); });
     run("cluster (16 splits a cluster, DSMEM)",
