@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 
 #include "gpu_timing.cuh"
 
@@ -157,6 +158,18 @@ void launch(const uint4* data, long per_block, float* part, float* out, unsigned
   }
 }
 
+// Calls f(path, name) for each path in the order of the timing table (path: the Mode as a type).
+template <class F>
+void for_each_path(F&& f) {
+  f(std::integral_constant<Mode, kNone>{}, "none (stream and partial writes only)");
+  f(std::integral_constant<Mode, kPdl>{}, "pdl (dependent grid merges after its wait)");
+  f(std::integral_constant<Mode, kPdlWide>{}, "pdl 512 (the same, a column a thread)");
+  f(std::integral_constant<Mode, kCount>{}, "count (last block of a KV head merges)");
+  f(std::integral_constant<Mode, kCluster>{}, "cluster (16 splits a cluster, DSMEM)");
+  f(std::integral_constant<Mode, kPdlCluster>{},
+    "pdl+clu (cluster merge, dependent waits in one block)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,12 +178,7 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d multiprocessors\n", prop.name, prop.multiProcessorCount);
 
-  prepare<kNone>();
-  prepare<kPdl>();
-  prepare<kPdlWide>();
-  prepare<kCount>();
-  prepare<kCluster>();
-  prepare<kPdlCluster>();
+  for_each_path([](auto path, const char*) { prepare<decltype(path)::value>(); });
   std::printf("clusters of 512-thread blocks with %d KB of shared memory held at once:",
               kSmem >> 10);
   for (int size : {1, 2, 4, 8, 16}) {
@@ -224,34 +232,24 @@ int main(int argc, char** argv) {
   launch<kCount>(data, per_block, part, out, counters);
   CK(cudaDeviceSynchronize());
   CK(cudaMemcpy(expected, out, sizeof(expected), cudaMemcpyDeviceToHost));
-  CK(cudaMemset(out, 0, sizeof(float) * kHeads * kColumns));
-  launch<kPdl>(data, per_block, part, out, counters);
-  check_output("pdl");
-  CK(cudaMemset(out, 0, sizeof(float) * kHeads * kColumns));
-  launch<kPdlWide>(data, per_block, part, out, counters);
-  check_output("pdl 512");
-  CK(cudaMemset(out, 0, sizeof(float) * kHeads * kColumns));
-  launch<kCluster>(data, per_block, part, out, counters);
-  check_output("cluster");
+  for_each_path([&](auto path, const char* name) {
+    constexpr Mode kMode = decltype(path)::value;
+    // The merging paths but the count (the reference) and pdl+clu (the cluster merge again).
+    if constexpr (kMode != kNone && kMode != kCount && kMode != kPdlCluster) {
+      CK(cudaMemset(out, 0, sizeof(float) * kHeads * kColumns));
+      launch<kMode>(data, per_block, part, out, counters);
+      check_output(name);
+    }
+  });
 
-  auto run = [&](const char* name, auto&& f) {
-    const double us = median_us(f, 30, empty_l2);
-    std::printf("  %-48s %7.2f us\n", name, us);
-  };
   for (int round = 1; round <= rounds; ++round) {
     std::printf("round %d\n", round);
-    run("none (stream and partial writes only)",
-        [&] { launch<kNone>(data, per_block, part, out, counters); });
-    run("pdl (dependent grid merges after its wait)",
-        [&] { launch<kPdl>(data, per_block, part, out, counters); });
-    run("pdl 512 (the same, a column a thread)",
-        [&] { launch<kPdlWide>(data, per_block, part, out, counters); });
-    run("count (last block of a KV head merges)",
-        [&] { launch<kCount>(data, per_block, part, out, counters); });
-    run("cluster (16 splits a cluster, DSMEM)",
-        [&] { launch<kCluster>(data, per_block, part, out, counters); });
-    run("pdl+clu (cluster merge, dependent waits in one block)",
-        [&] { launch<kPdlCluster>(data, per_block, part, out, counters); });
+    for_each_path([&](auto path, const char* name) {
+      const double us =
+          median_us([&] { launch<decltype(path)::value>(data, per_block, part, out, counters); },
+                    30, empty_l2);
+      std::printf("  %-48s %7.2f us\n", name, us);
+    });
   }
   return 0;
 }
