@@ -109,6 +109,47 @@ TEST(DecodePlan, BlocksBeyondOneWaveOfTheGpuKeepOneSplitEach) {
   expect_plan(call(32, 32, 8, 128, 4096), 1, 1);
 }
 
+// The tensor-core kernel built to read the BF16 windows itself (32 KiB of rows a block: 64 tokens
+// at d 128, 32 at d 256).
+DecodeShape hopper_reading_windows(int head_dim) {
+  DecodeShape shape = hopper(head_dim);
+  shape.tc_window_tokens = 32768 / (4 * head_dim);
+  return shape;
+}
+
+TEST(DecodePlan, OneGridReadsTheWindowsWhereTheirGridWouldMergeAndEveryBlocksShareFits) {
+  // Batch 1, 128K and 16K: 16 INT2 splits a KV head on all 132 SMs (16K: not the 14 the windows'
+  // grid would leave), 20 BF16 pages over 16 blocks (2 pages, 32 tokens a block), no windows grid.
+  for (const int context : {131072, 16384}) {
+    const SplitPlan plan = plan_splits(call(1, 32, 8, 128, context), hopper_reading_windows(128));
+    EXPECT_TRUE(plan.windows_in_tc) << context;
+    EXPECT_EQ(plan.tc_splits, 16) << context;
+    EXPECT_EQ(plan.simt_splits, 0) << context;
+    EXPECT_EQ(plan.total(), 16) << context;
+    EXPECT_FALSE(plan.windows_merge) << context;
+    EXPECT_FALSE(plan.merge_dry_pass) << context;
+  }
+  // 4K: 4 INT2 splits, 5 pages (80 tokens) a block: more than a round; the windows' grid stays.
+  SplitPlan plan = plan_splits(call(1, 32, 8, 128, 4096), hopper_reading_windows(128));
+  EXPECT_FALSE(plan.windows_in_tc);
+  EXPECT_TRUE(plan.windows_merge);
+  EXPECT_GE(plan.simt_splits, 1);
+  // Batch 8: the windows' grid does not merge there, and keeps its blocks.
+  plan = plan_splits(call(8, 32, 8, 128, 131072), hopper_reading_windows(128));
+  EXPECT_FALSE(plan.windows_in_tc);
+  EXPECT_EQ(plan.simt_splits, 4);
+  // One KV head at d 256: 132 splits, one page (16 of the 32 tokens) at most a block.
+  plan = plan_splits(call(1, 8, 1, 256, 131072), hopper_reading_windows(256));
+  EXPECT_TRUE(plan.windows_in_tc);
+  EXPECT_EQ(plan.tc_splits, 132);
+  // Without the kernel's window area (or with unaligned BF16 pools) nothing changes.
+  EXPECT_FALSE(plan_splits(call(1, 32, 8, 128, 131072), hopper(128)).windows_in_tc);
+  // Forced splits keep both kernels.
+  DecodeParams forced = call(1, 32, 8, 128, 131072);
+  forced.num_splits = 3;
+  EXPECT_FALSE(plan_splits(forced, hopper_reading_windows(128)).windows_in_tc);
+}
+
 TEST(DecodePlan, ForcedSplitsAndTheCudaCorePath) {
   DecodeParams p = call(1, 32, 8, 128, 131072);
   p.num_splits = 3;

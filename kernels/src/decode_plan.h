@@ -17,6 +17,9 @@ struct DecodeShape {
   int tc_warps = 16;     // warps of a tensor-core block (kTcWarps: 16 at d <= 128, 8 at d 256)
   int simt_warps = 4;    // warps of a CUDA-core block (kDecodeWarps)
   int tile_tokens = 16;  // tokens of a tensor-core tile (kTileTokens)
+  // BF16 window tokens a tensor-core block holds in one round (OSCAR_TC_WINDOW_BYTES / 4 d); 0: the
+  // tensor-core kernel does not read the BF16 pages (or the pools are not 16-byte aligned).
+  int tc_window_tokens = 0;
 };
 
 // Multiprocessors the split plan keeps free of tensor-core blocks for the BF16 windows' kernel
@@ -31,6 +34,9 @@ struct SplitPlan {
   // The BF16 windows' grid merges all splits (int2_cache.cu's MergeCount::in_windows), after a
   // dry pass of its merge where the windows should end well before the INT2 tiles.
   bool windows_merge = false, merge_dry_pass = false;
+  // No BF16 windows' grid: the tensor-core blocks read the BF16 pages too (simt_splits 0) and the
+  // last of each (sequence, KV head) merges by count.
+  bool windows_in_tc = false;
   int total() const { return simt_splits + tc_splits; }
 };
 
@@ -146,6 +152,20 @@ inline SplitPlan plan_splits(const DecodeParams& p, const DecodeShape& shape) {
     // it delayed the call by 0.3-2.5 us.
     plan.merge_dry_pass = plan.windows_merge &&
                           3 * page_cost_for(plan.simt_splits) <= 2 * tiles_per_warp_for(tc_splits);
+    // Where the windows' grid would merge (it fits beside the INT2 blocks: batch 1 and small
+    // batches), one grid does it all if every tensor-core block's share of the BF16 pages fits its
+    // window area in one round: its blocks then take the multiprocessors the windows had, and the
+    // merge needs no wait for a grid's completion (see SplitPlan::windows_in_tc).
+    if (plan.windows_merge && shape.tc_window_tokens > 0) {
+      const long long all_splits = tc_splits_for(0);
+      if ((all_splits * blocks + shape.tc_blocks - 1) / shape.tc_blocks <= sms &&
+          (bf16_pages + all_splits - 1) / all_splits * p.page_size <= shape.tc_window_tokens) {
+        plan.tc_splits = static_cast<int>(all_splits);
+        plan.simt_splits = 0;
+        plan.windows_in_tc = true;
+        plan.windows_merge = plan.merge_dry_pass = false;
+      }
+    }
   }
   return plan;
 }

@@ -45,7 +45,10 @@
 // drops one part of the work and so decodes wrong values; all are off in every normal build.
 //   OSCAR_DECODE_ABLATE_TILES    the tile loop only copies (no scores, softmax or value product);
 //   OSCAR_DECODE_ABLATE_VALUES   no value product (scores and softmax computed);
-//   OSCAR_DECODE_ABLATE_MERGE    no merge of the splits (no count, no wait, no output).
+//   OSCAR_DECODE_ABLATE_MERGE    no merge of the splits (no count, no wait, no output);
+//   OSCAR_DECODE_ABLATE_WINDOWS  no BF16 windows' grid where it would merge (batch 1): the
+//                                tensor-core blocks count among themselves and the last merges
+//                                (what one grid merged by count would cost).
 #ifndef OSCAR_DECODE_ABLATE_TILES
 #define OSCAR_DECODE_ABLATE_TILES 0
 #endif
@@ -54,6 +57,9 @@
 #endif
 #ifndef OSCAR_DECODE_ABLATE_MERGE
 #define OSCAR_DECODE_ABLATE_MERGE 0
+#endif
+#ifndef OSCAR_DECODE_ABLATE_WINDOWS
+#define OSCAR_DECODE_ABLATE_WINDOWS 0
 #endif
 // The d 256 store's rows quantized by pairs of lanes (int2q::store_row_pair), on in every normal
 // build; 0 builds the row per thread (int2q::store_row_thread) for comparisons, with
@@ -615,6 +621,7 @@ __device__ __forceinline__ void process_page(const DecodeParams& p, std::int64_t
 // Where a kernel writes its partial results: splits [offset, offset + count) of total per head.
 struct SplitRange {
   int offset, count, total;
+  bool bf16_pages = false;  // the tensor-core kernel reads the BF16 pages too (no windows' grid)
 };
 
 // The blocks of both decode kernels count themselves per (sequence, KV head) when their partial
@@ -637,6 +644,7 @@ struct MergeCount {
   // merges every slot once the tensor-core grid has completed (merge_when_last).
   bool in_windows = false;
   bool dry_pass = false;  // the window merge's dry pass (merge_when_last)
+  int counted = 0;        // blocks counted, where not all slots' (OSCAR_DECODE_ABLATE_WINDOWS)
 };
 
 // True in every thread of the block whose count is the last of `expected` on `counter`; its view
@@ -924,7 +932,9 @@ __device__ void merge_when_last(const DecodeParams& p, const MergeCount& merge, 
     return;
   }
   if (merge.group == 0) {
-    const int counted = merge.in_windows ? window_splits : merge.blocks;
+    const int counted = merge.in_windows    ? window_splits
+                        : merge.counted > 0 ? merge.counted
+                                            : merge.blocks;
     if (counted > 1) {
       if (!counts_last(pair_counter, counted)) return;
     } else {
@@ -961,23 +971,32 @@ __device__ void merge_when_last(const DecodeParams& p, const MergeCount& merge, 
 // Combines the W warps of a block (each with its running max and sum per head and its output rows
 // in sm_o) into the block's partial result for its split.
 // block_ml not null (a merge by ticket): the (max, sum) pairs go there (shared memory, one a
-// head) instead of part_ml.
+// head) instead of part_ml. extra not null: one more partial result in the combine, output [G][D]
+// then max [G] and sum [G] (the tensor-core block's BF16 windows, window_partial).
 template <int D, int G, int W>
 __device__ void write_block_partial(const DecodeParams& p, const float (&sm_m)[W][G],
                                     const float (&sm_l)[W][G], const float (&sm_o)[W][G][D], int b,
                                     int kvh, int split, SplitRange range, float* part_o,
-                                    SplitPartial* part_ml, SplitPartial* block_ml) {
+                                    SplitPartial* part_ml, SplitPartial* block_ml,
+                                    const float* extra = nullptr) {
   for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
     const int g = idx / D, e = idx % D;
     float m = -INFINITY;
 #pragma unroll
     for (int w = 0; w < W; ++w) m = fmaxf(m, sm_m[w][g]);
+    const float extra_m = extra != nullptr ? extra[G * D + g] : -INFINITY;
+    m = fmaxf(m, extra_m);
     float o = 0.0f, l = 0.0f;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
       const float f = sm_m[w][g] == -INFINITY ? 0.0f : exp2f(sm_m[w][g] - m);
       o += f * sm_o[w][g][e];
       l += f * sm_l[w][g];
+    }
+    if (extra_m != -INFINITY) {
+      const float f = exp2f(extra_m - m);
+      o += f * extra[idx];
+      l += f * extra[G * D + G + g];
     }
     const std::int64_t head = static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + g;
     const std::int64_t slot = head * range.total + range.offset + split;
@@ -1561,11 +1580,205 @@ __host__ __device__ constexpr std::size_t tc_query_bytes() {
   constexpr int kColumnTiles = G > 4 ? 2 : 1;
   return sizeof(std::uint32_t) * kColumnTiles * (D / 16) * 32 + 2 * G * D + sizeof(float) * 2 * G;
 }
+// The BF16 windows read by the tensor-core blocks themselves (SplitRange::bf16_pages), where one
+// grid does the whole call at batch 1 and small batches: no BF16 windows' grid, no wait for this
+// one, and the last tensor-core block of each (sequence, KV head) merges by count. Each block takes
+// every count-th BF16 page of its sequence (sink pages, then recent ones), copies their key and
+// value rows into shared memory with its first tiles (cp.async, nothing waits on them), and
+// computes their attention after its tile loop, as one more partial result in its warps' combine.
+// OSCAR_TC_WINDOW_BYTES: the rows' room in shared memory (a token's rows are 4 d bytes: 64 tokens
+// at d 128); the plan uses this path only where every block's pages fit it (decode_plan.h), and
+// more pages (a bound broken by the caller) are read in further rounds, slower but the same result.
+// 0 builds the kernel without it (the windows' grid then runs beside it, as before).
+#ifndef OSCAR_TC_WINDOW_BYTES
+#define OSCAR_TC_WINDOW_BYTES 32768
+#endif
+// OSCAR_TC_WINDOWS_PLAN=1 lets the plan choose the path; off by default, since it measured
+// slower at batch 1 than the windows' grid (H100, 128K: 39.3-39.7 against 37.4-37.6 us, 16K 17.2
+// against 16.2-16.7), while the kernel built with it (and its area) measured faster at every
+// batch than the kernel built without it (OSCAR_TC_WINDOW_BYTES=0; docs/int2-kernels-history.md).
+#ifndef OSCAR_TC_WINDOWS_PLAN
+#define OSCAR_TC_WINDOWS_PLAN 0
+#endif
+template <int D>
+inline constexpr int kTcWindowSlots = OSCAR_TC_WINDOW_BYTES / (4 * D);  // tokens a round
+static_assert(OSCAR_TC_WINDOW_BYTES % 16384 == 0,
+              "whole pages of 16 tokens a round at every head size (16 KiB at d 256)");
+
 template <int D, int G>
-__host__ __device__ constexpr std::size_t tc_smem_bytes() {
+__host__ __device__ constexpr std::size_t tc_base_smem_bytes() {
   constexpr std::size_t combine = sizeof(float) * kTcWarps<D> * G * (D + 2);
   constexpr std::size_t pipeline = tc_ring_bytes<D, G>() + tc_query_bytes<D, G>();
-  return pipeline > combine ? pipeline : combine;
+  return ((pipeline > combine ? pipeline : combine) + 15) / 16 * 16;
+}
+// The windows' area, after the ring, query and combine areas (alive from the first copies to the
+// block's combine): key rows [slots][D] and value rows [slots][D] (bf16), the queries [G][D]
+// (bf16), the scores [slots][G] and the windows' partial result: output [G][D], max [G], sum [G].
+template <int D, int G>
+struct TcWindowArea {
+  static constexpr int kSlots = kTcWindowSlots<D>;
+  static constexpr std::size_t kKeys = tc_base_smem_bytes<D, G>();
+  static constexpr std::size_t kValues = kKeys + sizeof(bf16_bits) * kSlots * D;
+  static constexpr std::size_t kQueries = kValues + sizeof(bf16_bits) * kSlots * D;
+  static constexpr std::size_t kScores = kQueries + sizeof(bf16_bits) * G * D;
+  static constexpr std::size_t kResult = kScores + sizeof(float) * kSlots * G;
+  static constexpr std::size_t kEnd = kResult + sizeof(float) * G * (D + 2);
+};
+template <int D, int G>
+__host__ __device__ constexpr std::size_t tc_smem_bytes() {
+  return OSCAR_TC_WINDOW_BYTES > 0 ? TcWindowArea<D, G>::kEnd : tc_base_smem_bytes<D, G>();
+}
+
+// The BF16 pages a tensor-core block reads: pages split, split + count, ... of its sequence's
+// sink_pages + recent_pages BF16 pages.
+template <int P>
+struct WindowPages {
+  int sink_pages = 0, pages = 0, sink_len = 0, recent_len = 0, split = 0, count = 1;
+  __device__ int mine() const { return split < pages ? (pages - split + count - 1) / count : 0; }
+  // Valid tokens of the block's k-th page (0 past the end).
+  __device__ int valid_rows(int k) const {
+    const int vp = split + k * count;
+    if (vp >= pages) return 0;
+    return vp < sink_pages ? min(P, sink_len - vp * P) : min(P, recent_len - (vp - sink_pages) * P);
+  }
+  __device__ int page_id(const DecodeParams& p, int b, int k) const {
+    return p
+        .bf16_block_table[static_cast<std::int64_t>(b) * p.bf16_table_stride + split + k * count];
+  }
+};
+
+// The page ids of a thread's pieces of round 0 (issue_window_rows: piece threadIdx.x + j W 32),
+// read ahead into registers.
+template <int D, int G, int P, int W>
+struct WindowIds {
+  static constexpr int kPieces = 2 * D / 16;  // 16-byte pieces of a row
+  static constexpr int kCount = OSCAR_TC_WINDOW_BYTES > 0
+                                    ? (kTcWindowSlots<D>* kPieces + W * 32 - 1) / (W * 32)
+                                    : 1;
+  __device__ static void read(const DecodeParams& p, const WindowPages<P>& pages, int b,
+                              int (&ids)[kCount]) {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) {
+      const int k = (static_cast<int>(threadIdx.x) + j * W * 32) / kPieces / P;
+      ids[j] = k < pages.mine() ? pages.page_id(p, b, k) : 0;
+    }
+  }
+};
+
+// Issues round `round`'s copies of the block's BF16 rows (kSlots tokens from page round * kSlots
+// / P on) into the windows' area, zeros for tokens past a page's valid rows; every thread takes
+// its share of 16-byte pieces (round 0: their page ids read ahead, WindowIds). Not committed here.
+template <int D, int G, int P, int W>
+__device__ void issue_window_rows(const DecodeParams& p, const WindowPages<P>& pages, int b,
+                                  int kvh, int round, unsigned char* smem,
+                                  const int (&ids)[WindowIds<D, G, P, W>::kCount]) {
+  using Area = TcWindowArea<D, G>;
+  constexpr int kPieces = WindowIds<D, G, P, W>::kPieces, kThreads = W * 32;
+  constexpr int kPagesARound = Area::kSlots / P;
+  const int first_page = round * kPagesARound;
+  const int slots = min(kPagesARound, pages.mine() - first_page) * P;
+  auto* const keys = reinterpret_cast<bf16_bits*>(smem + Area::kKeys);
+  auto* const values = reinterpret_cast<bf16_bits*>(smem + Area::kValues);
+#pragma unroll
+  for (int j = 0; j < WindowIds<D, G, P, W>::kCount; ++j) {
+    const int piece = static_cast<int>(threadIdx.x) + j * kThreads;
+    if (piece >= slots * kPieces) break;
+    const int slot = piece / kPieces, at = piece % kPieces * 8;
+    const int k = first_page + slot / P, row = slot % P;
+    const bool valid = row < pages.valid_rows(k);
+    const int page = round == 0 ? ids[j] : pages.page_id(p, b, k);
+    const std::int64_t src =
+        valid ? ((static_cast<std::int64_t>(page) * p.num_kv_heads + kvh) * P + row) * D + at : 0;
+    cp_async_16(keys + slot * D + at, p.k_bf16 + src, valid ? 16 : 0);
+    cp_async_16(values + slot * D + at, p.v_bf16 + src, valid ? 16 : 0);
+  }
+}
+
+// The attention of the block's BF16 rows, as one partial result (output [G][D], max [G] in log2
+// units, sum [G]) in the windows' area's result, for write_block_partial. Called by the whole
+// block after its tile loop, once round 0's copies have landed (cp.async.wait_group 0 and a
+// barrier); further rounds are copied and waited for here. Scores: warp w takes slots w, w + W,
+// ...: a lane's D / 32 elements of the key row against each head's query, summed over the warp.
+// The output: thread i takes elements i, i + W * 32, ... of [G][D], each over every slot.
+template <int D, int G, int P, int W>
+__device__ void window_partial(const DecodeParams& p, const WindowPages<P>& pages, int b, int kvh,
+                               float scale_log2, unsigned char* smem) {
+  using Area = TcWindowArea<D, G>;
+  constexpr int kThreads = W * 32, kPerLane = D / 32;
+  constexpr int kElements = (G * D + kThreads - 1) / kThreads;
+  constexpr int kPagesARound = Area::kSlots / P;
+  const bf16_bits* const keys = reinterpret_cast<const bf16_bits*>(smem + Area::kKeys);
+  const bf16_bits* const values = reinterpret_cast<const bf16_bits*>(smem + Area::kValues);
+  const bf16_bits* const queries = reinterpret_cast<const bf16_bits*>(smem + Area::kQueries);
+  float* const scores = reinterpret_cast<float*>(smem + Area::kScores);  // [slots][G]
+  float* const result = reinterpret_cast<float*>(smem + Area::kResult);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float m_run[kElements], l_run[kElements], o_run[kElements];
+#pragma unroll
+  for (int i = 0; i < kElements; ++i) {
+    m_run[i] = -INFINITY;
+    l_run[i] = o_run[i] = 0.0f;
+  }
+  const int rounds = (pages.mine() + kPagesARound - 1) / kPagesARound;
+  for (int round = 0; round < rounds; ++round) {
+    if (round > 0) {
+      __syncthreads();  // the last round's rows and scores read
+      const int no_ids[WindowIds<D, G, P, W>::kCount] = {};
+      issue_window_rows<D, G, P, W>(p, pages, b, kvh, round, smem, no_ids);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+    const int first_page = round * kPagesARound;
+    const int slots = min(kPagesARound, pages.mine() - first_page) * P;
+    for (int slot = warp; slot < slots; slot += W) {
+      float k[kPerLane];
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) k[e] = bf16_to_float(keys[slot * D + lane * kPerLane + e]);
+      const bool valid = slot % P < pages.valid_rows(first_page + slot / P);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) {
+          dot = fmaf(bf16_to_float(queries[g * D + lane * kPerLane + e]), k[e], dot);
+        }
+        dot = warp_sum(dot);
+        if (lane == 0) scores[slot * G + g] = valid ? dot * scale_log2 : -INFINITY;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kElements; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (idx >= G * D) break;
+      const int g = idx / D, e = idx % D;
+      float m = m_run[i];
+      for (int slot = 0; slot < slots; ++slot) m = fmaxf(m, scores[slot * G + g]);
+      if (m == -INFINITY) continue;  // nothing valid yet
+      const float alpha = m_run[i] == -INFINITY ? 0.0f : exp2f(m_run[i] - m);
+      float l = l_run[i] * alpha, o = o_run[i] * alpha;
+      for (int slot = 0; slot < slots; ++slot) {
+        const float w = exp2f(scores[slot * G + g] - m);  // exp2(-inf) = 0 for invalid rows
+        l += w;
+        o = fmaf(w, bf16_to_float(values[slot * D + e]), o);
+      }
+      m_run[i] = m;
+      l_run[i] = l;
+      o_run[i] = o;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kElements; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+    if (idx >= G * D) break;
+    result[idx] = o_run[i];
+    if (idx % D == 0) {
+      result[G * D + idx / D] = m_run[i];
+      result[G * D + G + idx / D] = l_run[i];
+    }
+  }
+  __syncthreads();
 }
 
 // v, as a value the compiler cannot recompute (it keeps it in a register or spills it).
@@ -1617,6 +1830,12 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     q_raw = reinterpret_cast<const QLoad*>(
         p.q + (static_cast<std::int64_t>(b) * p.num_q_heads + kvh * G + warp) * D)[lane];
   }
+  // The BF16 windows' lengths, read beside the queries (SplitRange::bf16_pages).
+  WindowPages<P> window;
+  if (OSCAR_TC_WINDOW_BYTES > 0 && range.bf16_pages) {
+    window.sink_len = p.sink_len[b];
+    window.recent_len = p.recent_len[b];
+  }
 
   // The block-table lines the warp's first page reads will touch, prefetched while the length is
   // read: its tile range worked out from the host's bound on the pages (max_pages_per_sequence,
@@ -1641,6 +1860,17 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
         line * kEntriesPerLine < p.int2_table_stride) {
       prefetch_l1(table + line * kEntriesPerLine);
     }
+  }
+
+  // The block's BF16 pages and the page ids of this thread's first copies of them, read before
+  // the tiles' page ids so that both round trips overlap.
+  int window_ids[WindowIds<D, G, P, W>::kCount];
+  if (OSCAR_TC_WINDOW_BYTES > 0 && range.bf16_pages) {
+    window.sink_pages = (window.sink_len + P - 1) / P;
+    window.pages = window.sink_pages + (window.recent_len + P - 1) / P;
+    window.split = split;
+    window.count = range.count;
+    WindowIds<D, G, P, W>::read(p, window, b, window_ids);
   }
 
   // The split's tiles, then the warp's contiguous share of them.
@@ -1670,6 +1900,23 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
 #pragma unroll
   for (int s = 0; s < NS - 2; ++s) {
     if (s < count) issue(tile_begin + s, s);
+    cp_async_commit();
+  }
+  // The BF16 rows' first round, a group of their own after the ring's first tiles: a wait for
+  // tile i (arrive) then also finds it landed from the second tile on, which costs nothing, and
+  // their count is otherwise unchanged.
+  // The block's pages kept in shared memory for window_partial, out of the tile loop's registers.
+  __shared__ WindowPages<P> window_sm;
+  const bool with_window = OSCAR_TC_WINDOW_BYTES > 0 && range.bf16_pages && window.mine() > 0;
+  if (with_window) {
+    if (threadIdx.x == 0) window_sm = window;
+    if constexpr (OSCAR_TC_WINDOW_BYTES > 0) {
+      if (warp < G) {
+        reinterpret_cast<QLoad*>(
+            smem + TcWindowArea<D, G>::kQueries)[warp * (D / kQPerLane) + lane] = q_raw;
+      }
+      issue_window_rows<D, G, P, W>(p, window, b, kvh, 0, smem, window_ids);
+    }
     cp_async_commit();
   }
   OSCAR_DECODE_POINT(0, 1);
@@ -1968,10 +2215,17 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
   }
   __syncthreads();
   OSCAR_DECODE_POINT(0, 4);
+  const float* window_result = nullptr;
+  if constexpr (OSCAR_TC_WINDOW_BYTES > 0) {
+    if (with_window) {
+      window_partial<D, G, P, W>(p, window_sm, b, kvh, p.softmax_scale * 1.4426950408889634f, smem);
+      window_result = reinterpret_cast<const float*>(smem + TcWindowArea<D, G>::kResult);
+    }
+  }
   const unsigned ticket = take_merge_ticket(merge, b, kvh);
   __shared__ SplitPartial block_ml[G];
   write_block_partial<D, G, W>(p, sm_m, sm_l, sm_o, b, kvh, split, range, part_o, part_ml,
-                               merges_by_ticket(merge) ? block_ml : nullptr);
+                               merges_by_ticket(merge) ? block_ml : nullptr, window_result);
   OSCAR_DECODE_POINT(0, 5);
   if (merge.counters != nullptr && !merge.in_windows) {
     // Shared memory of the merge: reduce (W * 32 float4), then the weights and head_l.
@@ -2047,11 +2301,21 @@ bool supported_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
 
 // Lets the tensor-core kernel of a shape use its shared memory (over the 48 KiB default), once;
 // false (message recorded) when the device refuses.
+#ifndef OSCAR_TC_CARVEOUT
+#define OSCAR_TC_CARVEOUT -1
+#endif
 template <int D, int G, int P>
 bool tc_kernel_ready() {
-  static const cudaError_t result = cudaFuncSetAttribute(
-      decode_int2_tc_kernel<D, G, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>(tc_smem_bytes<D, G>()));
+  static const cudaError_t result = [] {
+    cudaError_t e = cudaFuncSetAttribute(decode_int2_tc_kernel<D, G, P>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(tc_smem_bytes<D, G>()));
+    if (e == cudaSuccess && OSCAR_TC_CARVEOUT >= 0) {
+      e = cudaFuncSetAttribute(decode_int2_tc_kernel<D, G, P>,
+                               cudaFuncAttributePreferredSharedMemoryCarveout, OSCAR_TC_CARVEOUT);
+    }
+    return e;
+  }();
   return OSCAR_CUDA_OK(result);
 }
 
@@ -2140,6 +2404,12 @@ SplitPlan plan_splits(const DecodeParams& p) {
     shape.simt_blocks = residency.simt;
   }
   shape.tc_warps = p.head_dim >= 256 ? kTcWarps<256> : kTcWarps<128>;
+  // The tensor-core blocks may read the BF16 windows themselves where the pools allow their
+  // 16-byte copies.
+  if (OSCAR_TC_WINDOW_BYTES > 0 && OSCAR_TC_WINDOWS_PLAN && is_aligned(p.k_bf16, 16) &&
+      is_aligned(p.v_bf16, 16)) {
+    shape.tc_window_tokens = OSCAR_TC_WINDOW_BYTES / (4 * std::max(p.head_dim, 1));
+  }
   shape.simt_warps = kDecodeWarps;
   shape.tile_tokens = kTileTokens;
   return decode_plan::plan_splits(p, shape);
@@ -2197,16 +2467,38 @@ bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
   const bool fused = merges_in_block<D, G>(merge_width(total, group));
   const bool in_windows = OSCAR_WINDOWS_MERGE && plan.windows_merge && group == 0 &&
                           windows_wait_for_tc_grid<D, G, P>();
-  const MergeCount merge =
-      fused ? MergeCount{merge_counters, total, group, in_windows,
-                         in_windows && plan.merge_dry_pass && OSCAR_MERGE_DRY_PASS}
-            : MergeCount{};
+  const bool ablate_windows = OSCAR_DECODE_ABLATE_WINDOWS && in_windows;
+  MergeCount merge = fused ? MergeCount{merge_counters, total, group, in_windows,
+                                        in_windows && plan.merge_dry_pass && OSCAR_MERGE_DRY_PASS}
+                           : MergeCount{};
+  if (ablate_windows) merge = MergeCount{merge_counters, total, 0, false, false, plan.tc_splits};
   if (!tc_kernel_ready<D, G, P>()) return false;
-  if (!OSCAR_CUDA_OK(launch_kernel(
-          decode_int2_tc_kernel<D, G, P>, dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch),
-          dim3(kTcWarps<D> * 32), tc_smem_bytes<D, G>(), p.stream, p.enable_pdl, p, part_o, part_ml,
-          SplitRange{plan.simt_splits, plan.tc_splits, total}, merge))) {
+  if (plan.windows_in_tc) {
+    // One grid: the tensor-core blocks read the BF16 pages too and count among themselves.
+    const MergeCount counted = fused ? MergeCount{merge_counters, total, group} : MergeCount{};
+    SplitRange range{0, plan.tc_splits, total};
+    range.bf16_pages = true;
+    if (!OSCAR_CUDA_OK(launch_kernel(decode_int2_tc_kernel<D, G, P>,
+                                     dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch),
+                                     dim3(kTcWarps<D> * 32), tc_smem_bytes<D, G>(), p.stream,
+                                     p.enable_pdl, p, part_o, part_ml, range, counted))) {
+      return false;
+    }
+  } else if (!OSCAR_CUDA_OK(launch_kernel(
+                 decode_int2_tc_kernel<D, G, P>,
+                 dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch), dim3(kTcWarps<D> * 32),
+                 tc_smem_bytes<D, G>(), p.stream, p.enable_pdl, p, part_o, part_ml,
+                 SplitRange{plan.simt_splits, plan.tc_splits, total}, merge))) {
     return false;
+  }
+  if (ablate_windows) return true;
+  if (plan.windows_in_tc) {
+    if (!fused) {
+      const unsigned heads = static_cast<unsigned>(p.batch) * static_cast<unsigned>(p.num_q_heads);
+      merge_splits_kernel<<<heads, kMergeThreads, 0, p.stream>>>(part_o, part_ml, total, D, p.out);
+      return OSCAR_CUDA_OK(cudaGetLastError());
+    }
+    return true;
   }
   cudaLaunchAttribute overlap;
   const cudaLaunchConfig_t config =
