@@ -1902,12 +1902,12 @@ __global__ void __launch_bounds__(kTcWarps<D> * 32, 1)
     if (s < count) issue(tile_begin + s, s);
     cp_async_commit();
   }
-  // The BF16 rows' first round, a group of their own after the ring's first tiles: a wait for
-  // tile i (arrive) then also finds it landed from the second tile on, which costs nothing, and
-  // their count is otherwise unchanged.
   // The block's pages kept in shared memory for window_partial, out of the tile loop's registers.
   __shared__ WindowPages<P> window_sm;
   const bool with_window = OSCAR_TC_WINDOW_BYTES > 0 && range.bf16_pages && window.mine() > 0;
+  // The BF16 rows' first round, a group of their own after the ring's first tiles: a wait for
+  // tile i (arrive) then also finds it landed from the second tile on, which costs nothing, and
+  // the ring's count of groups is otherwise unchanged.
   if (with_window) {
     if (threadIdx.x == 0) window_sm = window;
     if constexpr (OSCAR_TC_WINDOW_BYTES > 0) {
