@@ -2449,20 +2449,26 @@ bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
   const int total = plan.total();
   const dim3 simt_grid(static_cast<unsigned>(plan.simt_splits), hkv, batch);
   const SplitRange simt_range{0, plan.simt_splits, total};
+  // The merge kernel, where no block merges.
+  auto merge_kernel = [&] {
+    const unsigned heads = static_cast<unsigned>(p.batch) * static_cast<unsigned>(p.num_q_heads);
+    merge_splits_kernel<<<heads, kMergeThreads, 0, p.stream>>>(part_o, part_ml, total, D, p.out);
+    return OSCAR_CUDA_OK(cudaGetLastError());
+  };
   if (!plan.tensor_core) {
     if (!OSCAR_CUDA_OK(launch_kernel(decode_kernel<D, G, P>, simt_grid, dim3(kDecodeWarps * 32), 0,
                                      p.stream, p.enable_pdl, p, part_o, part_ml, simt_range, false,
                                      MergeCount{}))) {
       return false;
     }
-    const unsigned heads = static_cast<unsigned>(p.batch) * static_cast<unsigned>(p.num_q_heads);
-    merge_splits_kernel<<<heads, kMergeThreads, 0, p.stream>>>(part_o, part_ml, total, D, p.out);
-    return OSCAR_CUDA_OK(cudaGetLastError());
+    return merge_kernel();
   }
   // The INT2 tiles first: their blocks take whole multiprocessors, and a BF16 block resident
   // first would delay one of them by its whole run. The BF16 windows follow, started early on
   // what is left (programmatic dependent launch, Hopper). The last block of either kernel to
-  // finish merges when the split weights fit in both kernels' shared memory.
+  // finish merges when the split weights fit in both kernels' shared memory. Where the plan puts
+  // the windows in the tensor-core grid (simt_splits 0, no windows' merge) that grid is the only
+  // one, and its blocks count among themselves.
   const int group = merge_group_size<D, G>(total);
   const bool fused = merges_in_block<D, G>(merge_width(total, group));
   const bool in_windows = OSCAR_WINDOWS_MERGE && plan.windows_merge && group == 0 &&
@@ -2473,46 +2479,25 @@ bool launch_decode(const DecodeParams& p, const SplitPlan& plan, float* part_o,
                            : MergeCount{};
   if (ablate_windows) merge = MergeCount{merge_counters, total, 0, false, false, plan.tc_splits};
   if (!tc_kernel_ready<D, G, P>()) return false;
-  if (plan.windows_in_tc) {
-    // One grid: the tensor-core blocks read the BF16 pages too and count among themselves.
-    const MergeCount counted = fused ? MergeCount{merge_counters, total, group} : MergeCount{};
-    SplitRange range{0, plan.tc_splits, total};
-    range.bf16_pages = true;
-    if (!OSCAR_CUDA_OK(launch_kernel(decode_int2_tc_kernel<D, G, P>,
-                                     dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch),
-                                     dim3(kTcWarps<D> * 32), tc_smem_bytes<D, G>(), p.stream,
-                                     p.enable_pdl, p, part_o, part_ml, range, counted))) {
-      return false;
-    }
-  } else if (!OSCAR_CUDA_OK(launch_kernel(
-                 decode_int2_tc_kernel<D, G, P>,
-                 dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch), dim3(kTcWarps<D> * 32),
-                 tc_smem_bytes<D, G>(), p.stream, p.enable_pdl, p, part_o, part_ml,
-                 SplitRange{plan.simt_splits, plan.tc_splits, total}, merge))) {
+  SplitRange tc_range{plan.simt_splits, plan.tc_splits, total};
+  tc_range.bf16_pages = plan.windows_in_tc;
+  if (!OSCAR_CUDA_OK(launch_kernel(decode_int2_tc_kernel<D, G, P>,
+                                   dim3(static_cast<unsigned>(plan.tc_splits), hkv, batch),
+                                   dim3(kTcWarps<D> * 32), tc_smem_bytes<D, G>(), p.stream,
+                                   p.enable_pdl, p, part_o, part_ml, tc_range, merge))) {
     return false;
   }
   if (ablate_windows) return true;
-  if (plan.windows_in_tc) {
-    if (!fused) {
-      const unsigned heads = static_cast<unsigned>(p.batch) * static_cast<unsigned>(p.num_q_heads);
-      merge_splits_kernel<<<heads, kMergeThreads, 0, p.stream>>>(part_o, part_ml, total, D, p.out);
-      return OSCAR_CUDA_OK(cudaGetLastError());
+  if (!plan.windows_in_tc) {
+    cudaLaunchAttribute overlap;
+    const cudaLaunchConfig_t config =
+        launch_config(simt_grid, dim3(kDecodeWarps * 32), p.stream, true, overlap);
+    if (!OSCAR_CUDA_OK(cudaLaunchKernelEx(&config, decode_kernel<D, G, P>, p, part_o, part_ml,
+                                          simt_range, true, merge))) {
+      return false;
     }
-    return true;
   }
-  cudaLaunchAttribute overlap;
-  const cudaLaunchConfig_t config =
-      launch_config(simt_grid, dim3(kDecodeWarps * 32), p.stream, true, overlap);
-  if (!OSCAR_CUDA_OK(cudaLaunchKernelEx(&config, decode_kernel<D, G, P>, p, part_o, part_ml,
-                                        simt_range, true, merge))) {
-    return false;
-  }
-  if (!fused) {
-    const unsigned heads = static_cast<unsigned>(p.batch) * static_cast<unsigned>(p.num_q_heads);
-    merge_splits_kernel<<<heads, kMergeThreads, 0, p.stream>>>(part_o, part_ml, total, D, p.out);
-    return OSCAR_CUDA_OK(cudaGetLastError());
-  }
-  return true;
+  return fused ? true : merge_kernel();
 }
 
 // Status::kUnsupported when no kernel exists for the shape, kCudaError when a launch failed.
